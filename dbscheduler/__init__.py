@@ -1,0 +1,42 @@
+"""dbscheduler: periodic tasks run from inside your services, coordinated through one SQL table.
+
+Every node that embeds a :class:`Scheduler` shares one table, ``scheduled_tasks``, with one row
+per task. A task runs at most once at a time across the whole cluster, and survives restarts and
+crashed nodes with no extra infrastructure: the database you already have is the coordinator.
+
+>>> from dbscheduler import Scheduler, FixedRate
+>>> scheduler = Scheduler()                                    # doctest: +SKIP
+>>> @scheduler.task("heartbeat-report", schedule=FixedRate(60))  # doctest: +SKIP
+... def report(ctx): ...
+>>> scheduler.run()                                            # doctest: +SKIP
+"""
+
+from .context import Result, TaskContext, TaskInfo
+from .errors import SchedulerError, SchemaMismatch, SchemaMissing, TaskNotFound, TaskRunning
+from .failures import ArithmeticBackoff, GeometricBackoff, LinearBackoff, NoRetry
+from .listeners import Outcome
+from .scheduler import Scheduler
+from .schedules import Cron, Dynamic, FixedDelay, FixedRate
+
+__all__ = [
+    "ArithmeticBackoff",
+    "Cron",
+    "Dynamic",
+    "FixedDelay",
+    "FixedRate",
+    "GeometricBackoff",
+    "LinearBackoff",
+    "NoRetry",
+    "Outcome",
+    "Result",
+    "Scheduler",
+    "SchedulerError",
+    "SchemaMismatch",
+    "SchemaMissing",
+    "TaskContext",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskRunning",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,56 @@
+"""The node's view of the database clock.
+
+"Now" is always the database's time; the node only keeps how far the database clock is from
+its own, measured on every poll, to know how long to sleep. Sleeping uses the monotonic clock,
+so a wall clock that is wrong by hours, or jumps, changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta, timezone
+
+log = logging.getLogger("dbscheduler.clock")
+
+SKEW_WARNING = timedelta(seconds=5)
+
+
+def local_time() -> float:
+    """The node's wall clock (a seam: tests replace it to simulate a skewed node)."""
+    return time.time()
+
+
+class Clock:
+    """Tracks db time against the monotonic clock; ``until(db_time)`` gives a sleep length."""
+
+    def __init__(self) -> None:
+        self._db_minus_mono: float | None = None
+        self.skew: timedelta = timedelta(0)
+        """Database clock minus this node's wall clock, last measured (for operators)."""
+        self._warned = False
+
+    def observe(self, db_now: datetime, mono_before: float, mono_after: float) -> None:
+        """Record a database time read between two monotonic readings."""
+        mid = (mono_before + mono_after) / 2
+        self._db_minus_mono = db_now.timestamp() - mid
+        wall = local_time() - (time.monotonic() - mid)
+        self.skew = timedelta(seconds=db_now.timestamp() - wall)
+        if abs(self.skew) > SKEW_WARNING and not self._warned:
+            self._warned = True
+            log.warning(
+                "this node's clock is %.1f s %s the database's; dbscheduler only uses the "
+                "database clock, but other code on this node may not",
+                abs(self.skew.total_seconds()),
+                "behind" if self.skew > timedelta(0) else "ahead of",
+            )
+
+    def db_now(self) -> datetime:
+        """An estimate of the database time now (only for sleep lengths and display)."""
+        if self._db_minus_mono is None:
+            return datetime.fromtimestamp(local_time(), timezone.utc)
+        return datetime.fromtimestamp(time.monotonic() + self._db_minus_mono, timezone.utc)
+
+    def seconds_until(self, db_time: datetime) -> float:
+        """Seconds from now until ``db_time`` on the database clock (negative when past)."""
+        return (db_time - self.db_now()).total_seconds()

@@ -1,0 +1,293 @@
+"""Running task functions (a thread pool, plus one event loop for coroutines) and writing
+their finishes in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._execution import Execution
+from ._faults import FaultLog
+from ._heartbeat import Heartbeat
+from .context import UNSET, Result, Status
+from .listeners import Listeners, Outcome
+from .planning import plan_next
+from .store import FinishWrite, Store
+from .table import MAX_ERROR_LENGTH
+
+log = logging.getLogger("dbscheduler.executor")
+
+SCHEDULE_FAILURE_RETRY = timedelta(minutes=1)
+"""When a schedule cannot say when to run next (a Dynamic function raised), try again then."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"Type: message"``, one line, truncated to fit ``last_error``."""
+    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return truncate(text)
+
+
+def truncate(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A task function's return, waiting for its finish to be written."""
+
+    execution: Execution
+    status: Status
+    error: str | None
+    state: Any
+    next_at: datetime | None
+    finished_mono: float
+
+
+class Executor:
+    """``max_workers`` threads; coroutine functions run on one event loop thread of its own."""
+
+    def __init__(self, max_workers: int, on_ended: Callable[[Ended], None],
+                 listeners: Listeners) -> None:
+        self.max_workers = max_workers
+        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="dbscheduler-worker")
+        self._on_ended = on_ended
+        self._listeners = listeners
+        self._lock = threading.Lock()
+        self._running: dict[int, Execution] = {}
+        self._futures: set[Future[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+
+    @property
+    def free(self) -> int:
+        with self._lock:
+            return self.max_workers - len(self._running)
+
+    def running(self) -> list[Execution]:
+        with self._lock:
+            return list(self._running.values())
+
+    def submit(self, ex: Execution) -> None:
+        with self._lock:
+            self._running[ex.id] = ex
+        future = self._pool.submit(self._run, ex)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for running functions up to ``timeout`` s; True when none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = list(self._running.values())
+            if not pending:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            pending[0].done.wait(min(remaining, 0.1))
+
+    def shutdown(self) -> None:
+        # Threads stuck in a task that never returns cannot be killed; they are daemons of the
+        # pool and are abandoned here (their leases were released, their finishes are fenced).
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # -- running one function ------------------------------------------------------------
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="dbscheduler-asyncio", daemon=True
+                )
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def _run(self, ex: Execution) -> None:
+        task = ex.task
+        self._listeners.emit("on_started", ex.ctx)
+        log.debug("task %r started (attempt %d, token %d)", task.name, ex.ctx.attempt, ex.token)
+        status: Status = "success"
+        error: str | None = None
+        state: Any = UNSET
+        next_at: datetime | None = None
+        try:
+            args = (ex.ctx,) if task.takes_context else ()
+            if task.is_coroutine:
+                coro: Coroutine[Any, Any, Any] = task.fn(*args)
+                value = asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+            else:
+                value = task.fn(*args)
+            if isinstance(value, Result):
+                state, next_at = value.state, value.next_at
+                if value.status == "error":
+                    status, error = "error", truncate(value.message or "error")
+            elif value is not None:
+                log.debug("task %r returned %r; ignored (return a Result to store state)",
+                          task.name, value)
+        except BaseException as exc:  # noqa: BLE001 - a task must never kill its worker
+            status, error = "error", describe_error(exc)
+            log.error("task %r failed: %s", task.name, error, exc_info=exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            if ex.cancel_requested and status == "success":
+                status = "cancelled"
+            ended = Ended(ex, status, error, state, next_at, time.monotonic())
+            with self._lock:
+                self._running.pop(ex.id, None)
+            ex.done.set()
+            self._on_ended(ended)
+
+
+class Finisher:
+    """A thread that writes finished executions, all that ended together in one transaction.
+
+    Each execution's heartbeat is stopped right before its write. A write the database refuses
+    (its token moved on) is logged; a database error is retried while the lease may still hold.
+    """
+
+    def __init__(self, store: Store, node_id: str, heartbeat: Heartbeat, listeners: Listeners,
+                 after_write: Callable[[], None]) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._heartbeat = heartbeat
+        self._listeners = listeners
+        self._after_write = after_write
+        self._queue: queue.Queue[Ended | None] = queue.Queue()
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._faults = FaultLog(log, "writing finished executions")
+        self._thread = threading.Thread(target=self._run, name="dbscheduler-finish", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, ended: Ended) -> None:
+        with self._idle:
+            self._pending += 1
+        self._queue.put(ended)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything put so far is written (or given up); True if so in time."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def stop(self, timeout: float) -> None:
+        self.flush(timeout)
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            self._write_batch(batch)
+            with self._idle:
+                self._pending -= len(batch)
+                self._idle.notify_all()
+
+    def _write_batch(self, batch: list[Ended]) -> None:
+        todo = [e for e in batch if not e.execution.lease_lost]
+        for e in batch:
+            if e.execution.lease_lost:
+                log.warning("task %r: lease was lost while it ran; its finish is not written",
+                            e.execution.task.name)
+                self._emit(e, None)
+        delay = 0.2
+        while todo:
+            self._heartbeat.untrack(e.execution for e in todo)
+            plans: dict[int, datetime] = {}
+            try:
+                now, stale = self._store.finish(
+                    self._node_id, lambda now: [self._write_for(e, now, plans) for e in todo]
+                )
+            except Exception as exc:
+                self._faults.failed(exc)
+                for e in todo:  # keep the leases alive while the database is away
+                    if not e.execution.lease_lost:
+                        self._heartbeat.track(e.execution)
+                todo = [e for e in todo if not e.execution.lease_lost]
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self._faults.ok()
+            stale_ids = {w.id for w in stale}
+            for e in todo:
+                if e.execution.id in stale_ids:
+                    log.warning(
+                        "task %r: finish refused, another node owns the row now (token %d "
+                        "is stale)", e.execution.task.name, e.execution.token)
+                    self._emit(e, None)
+                else:
+                    self._emit(e, plans.get(e.execution.id))
+            todo = []
+        self._after_write()
+
+    def _write_for(self, e: Ended, now: datetime, plans: dict[int, datetime]) -> FinishWrite:
+        ex = e.execution
+        status, error, payload = e.status, e.error, UNSET
+        if e.state is not UNSET:
+            try:
+                payload = None if e.state is None else json.dumps(e.state)
+            except (TypeError, ValueError) as exc:
+                status = "error"
+                error = truncate(f"state is not JSON-serialisable: {exc}")
+                log.error("task %r: %s; state not stored", ex.task.name, error)
+        try:
+            plan = plan_next(
+                ex.task.schedule,
+                ex.task.on_failure,
+                status=status,
+                attempt=ex.ctx.attempt,
+                scheduled_at=ex.ctx.scheduled_at,
+                started_at=ex.ctx.started_at,
+                finished_at=now,
+                ctx=ex.ctx,
+                next_at_override=e.next_at,
+            )
+            next_at, attempt = plan.next_at, plan.attempt
+        except Exception as exc:
+            status = "error"
+            error = truncate(f"schedule failed: {describe_error(exc)}")
+            log.error("task %r: %s; next try in %s", ex.task.name, error, SCHEDULE_FAILURE_RETRY)
+            next_at, attempt = now + SCHEDULE_FAILURE_RETRY, ex.ctx.attempt
+        plans[ex.id] = next_at
+        return FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
+                           finished_at=now, error=error, payload=payload)
+
+    def _emit(self, e: Ended, next_at: datetime | None) -> None:
+        ex = e.execution
+        duration = timedelta(seconds=e.finished_mono - ex.started_mono)
+        outcome = Outcome(e.status, duration, e.error, next_at)
+        log.debug("task %r finished: %s in %.3f s, next %s", ex.task.name, e.status,
+                  duration.total_seconds(), next_at)
+        self._listeners.emit("on_finished", ex.ctx, outcome)

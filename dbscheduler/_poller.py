@@ -1,0 +1,182 @@
+"""The poller: sleep until the earliest due time, pick a batch, hand it to the executor."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._clock import Clock
+from ._execution import Execution, TaskDef
+from ._executor import Executor
+from ._faults import FaultLog
+from ._heartbeat import Heartbeat
+from ._wakeup import Wakeup
+from .context import TaskContext, TaskInfo
+from .listeners import Listeners
+from .planning import plan_next
+from .store import FinishWrite, Store, decode_state
+
+log = logging.getLogger("dbscheduler.poller")
+
+CONTENDED_RETRY = 0.005
+"""A row was due but another node took it first: look again this soon."""
+
+
+class Poller:
+    """One thread per node. Idle, it costs one small query per ``poll_interval``."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        node_id: str,
+        lease: timedelta,
+        poll_interval: timedelta,
+        tasks: Mapping[str, TaskDef],
+        executor: Executor,
+        heartbeat: Heartbeat,
+        listeners: Listeners,
+        wakeup: Wakeup,
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._lease = lease
+        self._poll_interval = poll_interval.total_seconds()
+        self._tasks = tasks
+        self._executor = executor
+        self._heartbeat = heartbeat
+        self._listeners = listeners
+        self._wakeup = wakeup
+        self._clock = clock
+        self._stop = threading.Event()
+        self._faults = FaultLog(log, "polling")
+        self._thread = threading.Thread(target=self._run, name="dbscheduler-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wakeup.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        backoff = self._poll_interval
+        while not self._stop.is_set():
+            try:
+                timeout = self._step()
+                self._faults.ok()
+                backoff = self._poll_interval
+            except Exception as exc:
+                self._faults.failed(exc)
+                self._listeners.emit("on_poll_error", exc)
+                timeout = backoff
+                backoff = min(backoff * 2, max(self._poll_interval, 10.0))
+            if timeout > 0 and not self._stop.is_set():
+                self._wakeup.wait(timeout)
+
+    def _step(self) -> float:
+        """Poll once, pick if something is due; return how long to sleep."""
+        known = self._tasks.keys()
+        before = time.monotonic()
+        state = self._store.poll(known)
+        self._clock.observe(state.db_now, before, time.monotonic())
+        free = self._executor.free
+        if free <= 0:
+            return self._poll_interval  # a finishing execution wakes us
+        if state.next_due is None:
+            return self._poll_interval
+        wait = (state.next_due - state.db_now).total_seconds()
+        if wait > 0:
+            return min(wait, self._poll_interval)
+        if self._stop.is_set():
+            return 0
+        rows = self._store.pick(self._node_id, free, self._lease, known)
+        for row in rows:
+            self._dispatch(row)
+        # Picked some: poll again at once for the next due time. Picked none although a row
+        # was due: another node won it; look again very soon rather than spinning.
+        return 0 if rows else CONTENDED_RETRY
+
+    def _dispatch(self, row: Mapping[str, Any]) -> None:
+        task = self._tasks[row["queue_name"]]
+        now: datetime = row["last_started_at"]
+        scheduled_at: datetime = row["prev_next_process_at"]
+        attempt = int(row["attempt"])
+        if row["prev_locked_by"] is not None:
+            decision = self._handle_lost(task, row)
+            if decision is None:
+                return
+            scheduled_at, attempt = decision
+        ctx = TaskContext(
+            name=task.name,
+            node_id=self._node_id,
+            attempt=attempt,
+            reenqueue_attempt=int(row["reenqueue_attempt"]),
+            total_attempt=int(row["total_attempt"]),
+            scheduled_at=min(scheduled_at, now),
+            started_at=now,
+            created_at=row["created_at"],
+            state=decode_state(row["payload"]),
+        )
+        execution = Execution(task, ctx, int(row["id"]), int(row["total_attempt"]))
+        self._heartbeat.track(execution)
+        self._executor.submit(execution)
+
+    def _handle_lost(
+        self, task: TaskDef, row: Mapping[str, Any]
+    ) -> tuple[datetime, int] | None:
+        """The row was held by a node that vanished: report it, apply the failure settings.
+
+        Returns ``(scheduled_at, attempt)`` to run it now, or ``None`` when it was put back to
+        its next time (a retry or occurrence still in the future).
+        """
+        now: datetime = row["last_started_at"]
+        lost_attempt = int(row["attempt"]) - 1
+        # The lost execution's due time was overwritten by its lease; it started within
+        # moments of it, so its start stands in for it.
+        lost_started = row["prev_last_started_at"] or now
+        lost_node = row["prev_locked_by"]
+        error = f"node {lost_node} vanished while running it (lease expired)"
+        log.warning("task %r: execution on node %s was lost; %s", task.name, lost_node,
+                    "recovering")
+        info = TaskInfo(
+            id=int(row["id"]), name=task.name, state=decode_state(row["payload"]),
+            created_at=row["created_at"], next_process_at=row["prev_next_process_at"],
+            attempt=lost_attempt, reenqueue_attempt=int(row["reenqueue_attempt"]),
+            total_attempt=int(row["total_attempt"]) - 1, paused=bool(row["paused"]),
+            locked_by=lost_node, heartbeat_at=row["heartbeat_at"],
+            last_started_at=lost_started, last_finished_at=row["last_finished_at"],
+            last_status=row["last_status"], last_error=row["last_error"],
+            schedule=row["schedule"],
+        )
+        self._listeners.emit("on_lost_execution", info)
+        lost_ctx = TaskContext(
+            name=task.name, node_id=lost_node, attempt=lost_attempt,
+            reenqueue_attempt=int(row["reenqueue_attempt"]),
+            total_attempt=int(row["total_attempt"]) - 1, scheduled_at=lost_started,
+            started_at=lost_started, created_at=row["created_at"],
+            state=decode_state(row["payload"]),
+        )
+        try:
+            plan = plan_next(task.schedule, task.on_failure, status="lost",
+                             attempt=max(lost_attempt, 1), scheduled_at=lost_started,
+                             started_at=lost_started, finished_at=now, ctx=lost_ctx)
+        except Exception as exc:
+            log.error("task %r: schedule failed after a lost execution: %r; running it now",
+                      task.name, exc)
+            return now, int(row["attempt"])
+        token = int(row["total_attempt"])
+        if plan.next_at <= now:
+            run_attempt = plan.attempt + 1
+            self._store.record_lost(self._node_id, int(row["id"]), token, run_attempt, error)
+            return plan.next_at, run_attempt
+        self._store.finish(self._node_id, lambda finished: [FinishWrite(
+            int(row["id"]), token, status="lost", next_at=plan.next_at, attempt=plan.attempt,
+            finished_at=finished, error=error)])
+        return None

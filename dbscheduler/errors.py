@@ -1,0 +1,58 @@
+"""The exceptions dbscheduler raises on purpose. All derive from :class:`SchedulerError`."""
+
+from __future__ import annotations
+
+__all__ = ["SchedulerError", "SchemaMismatch", "SchemaMissing", "TaskNotFound", "TaskRunning"]
+
+
+class SchedulerError(Exception):
+    """Base class of every error dbscheduler raises on purpose."""
+
+
+class TaskNotFound(SchedulerError, LookupError):
+    """An operation named a task that has no row in the table.
+
+    >>> try:
+    ...     scheduler.trigger("no-such-task")      # doctest: +SKIP
+    ... except TaskNotFound as exc:
+    ...     print(exc)
+    """
+
+    def __init__(self, name: str, table: str) -> None:
+        super().__init__(f"no task named {name!r} in table {table!r}")
+        self.name = name
+        self.table = table
+
+
+class TaskRunning(SchedulerError):
+    """The operation is refused because the task is running right now (e.g. ``delete``)."""
+
+    def __init__(self, name: str, node: str | None, what: str) -> None:
+        super().__init__(f"task {name!r} is running on node {node!r}: {what}")
+        self.name = name
+        self.node = node
+
+
+class SchemaMissing(SchedulerError):
+    """The scheduler table does not exist: run ``dbscheduler migrate`` against the database."""
+
+    def __init__(self, table: str, url: str) -> None:
+        super().__init__(
+            f"table {table!r} does not exist in {url}; create it with "
+            f"`dbscheduler migrate --url '{url}' --table {table}` (or your own Alembic, "
+            "see the README)"
+        )
+        self.table = table
+
+
+class SchemaMismatch(SchedulerError):
+    """The table exists but lacks columns this version needs: run ``dbscheduler migrate``."""
+
+    def __init__(self, table: str, missing: list[str]) -> None:
+        cols = ", ".join(missing)
+        super().__init__(
+            f"table {table!r} is missing column(s) {cols}; it was not created by this version "
+            "of dbscheduler: run `dbscheduler migrate` to bring it up to date"
+        )
+        self.table = table
+        self.missing = missing

@@ -1,0 +1,476 @@
+"""Every statement the engine and the operations run, as short transactions via the dialect.
+
+Nothing here knows about threads; nothing above this module writes SQL. Every write made on
+behalf of a running execution is *fenced*: it carries ``id``, the fencing token
+(``total_attempt`` after the pick) and ``locked_by``, so a node that lost its lease can never
+overwrite a row another node now owns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from .context import UNSET, Status, TaskInfo, _Unset
+from .dialects import Dialect, PickedRow, db_now, db_now_plus, dialect_for
+from .errors import SchemaMismatch, SchemaMissing, TaskNotFound, TaskRunning
+from .table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name, to_utc
+
+__all__ = ["FinishWrite", "PollState", "Registration", "Store"]
+
+log = logging.getLogger("dbscheduler.store")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A task to insert if absent: its name, schedule text and first due time given db now."""
+
+    name: str
+    schedule: str
+    first_run: Callable[[datetime], datetime]
+
+
+@dataclass(frozen=True)
+class PollState:
+    """What one cheap query tells the poller: the time, the next due time, the table's shape."""
+
+    db_now: datetime
+    next_due: datetime | None
+    """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
+    shape: tuple[int, int | None]
+    """``(count, max id)``: changes whenever a row is added or deleted."""
+
+
+@dataclass(frozen=True)
+class FinishWrite:
+    """The fenced write that ends one execution (DESIGN §3.4)."""
+
+    id: int
+    token: int
+    status: Status
+    next_at: datetime
+    attempt: int
+    finished_at: datetime
+    error: str | None = None
+    """Written to ``last_error`` when set; a success keeps the last failure's text."""
+    payload: str | None | _Unset = UNSET
+    """New JSON state; ``UNSET`` keeps the stored one."""
+
+
+@dataclass
+class _NameCache:
+    """The names present in the table, to decide how the pick filters by name (DESIGN §8)."""
+
+    shape: tuple[int, int | None] | None = None
+    names: frozenset[str] = field(default_factory=frozenset)
+
+
+class Store:
+    """The scheduler table on one database, reached through one SQLAlchemy engine.
+
+    >>> store = Store(sa.create_engine("sqlite://"), "scheduled_tasks")  # doctest: +SKIP
+    >>> store.create_table(); store.tasks()                              # doctest: +SKIP
+    []
+    """
+
+    def __init__(self, engine: Engine, table: str = "scheduled_tasks") -> None:
+        split_table_name(table)
+        self.engine = engine
+        self.table_name = table
+        self.table = make_table(table)
+        self.dialect: Dialect = dialect_for(engine)
+        schema, name = split_table_name(table)
+        self.channel = f"dbscheduler_{name}"[:63]
+        self._names = _NameCache()
+
+    # -- schema --------------------------------------------------------------------------
+    def create_table(self) -> None:
+        """Create the table and its indexes if absent (the embedded default's zero set-up)."""
+        with self._begin() as conn:
+            self.table.create(conn, checkfirst=True)
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table is usable."""
+        schema, name = split_table_name(self.table_name)
+        inspector = sa.inspect(self.engine)
+        if not inspector.has_table(name, schema=schema):
+            raise SchemaMissing(self.table_name, self._safe_url())
+        present = {c["name"].lower() for c in inspector.get_columns(name, schema=schema)}
+        missing = [c for c in COLUMNS if c not in present]
+        if missing:
+            raise SchemaMismatch(self.table_name, missing)
+
+    def _safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if self.dialect.is_missing_table(exc):
+                raise SchemaMissing(self.table_name, self._safe_url()) from exc
+            raise
+
+    # -- registration --------------------------------------------------------------------
+    def register(self, items: Sequence[Registration]) -> None:
+        """Insert each task unless present; apply a changed schedule at once (DESIGN §3.1).
+
+        A row that exists keeps its state; when its ``schedule`` text differs, its next time is
+        recomputed from the new schedule unless it is running, and the text updated.
+        """
+        t = self.table
+        with self._begin() as conn:
+            now = self._now(conn)
+            for item in items:
+                first = item.first_run(now)
+                self.dialect.insert_if_absent(
+                    conn,
+                    t,
+                    {
+                        "queue_name": item.name,
+                        "payload": None,
+                        "created_at": now,
+                        "next_process_at": first,
+                        "attempt": 0,
+                        "reenqueue_attempt": 0,
+                        "total_attempt": 0,
+                        "paused": False,
+                        "schedule": item.schedule,
+                        "stop_requested": False,
+                    },
+                )
+                idle = t.c.locked_by.is_(None)
+                changed = conn.execute(
+                    sa.update(t)
+                    .where(
+                        t.c.queue_name == item.name,
+                        sa.or_(t.c.schedule.is_(None), t.c.schedule != item.schedule),
+                    )
+                    .values(
+                        schedule=item.schedule,
+                        next_process_at=sa.case(
+                            (idle, sa.literal(first, t.c.next_process_at.type)),
+                            else_=t.c.next_process_at,
+                        ),
+                        attempt=sa.case((idle, 0), else_=t.c.attempt),
+                    )
+                ).rowcount
+                if changed:
+                    log.info("task %r: schedule changed to %r", item.name, item.schedule)
+            if items and self.dialect.supports_notify:
+                self.dialect.notify(conn, self.channel, "")
+
+    # -- the poll ------------------------------------------------------------------------
+    def poll(self, known: Collection[str]) -> PollState:
+        """One small query: database time, next due time of this node's tasks, table shape."""
+        t = self.table
+        with self._begin() as conn:
+            where = self._name_filter(conn, known)
+            due = sa.select(sa.func.min(t.c.next_process_at)).where(
+                t.c.paused == False,  # noqa: E712
+                *([where] if where is not None else []),
+            )
+            stmt = sa.select(
+                db_now().label("now"),
+                due.scalar_subquery().label("next_due"),
+                sa.select(sa.func.count()).select_from(t).scalar_subquery().label("n"),
+                sa.select(sa.func.max(t.c.id)).scalar_subquery().label("max_id"),
+            )
+            row = conn.execute(stmt).one()
+        now = to_utc(row.now)
+        assert now is not None
+        state = PollState(now, to_utc(row.next_due), (int(row.n), row.max_id))
+        if state.shape != self._names.shape:
+            self._names.shape = None  # refreshed by the next filter
+        return state
+
+    def _name_filter(self, conn: Connection, known: Collection[str]) -> ColumnElement[bool] | None:
+        """How to restrict picks to ``known`` names as cheaply as the table allows (DESIGN §8).
+
+        ``None`` when every row is known (the usual case: all nodes run the same code);
+        otherwise ``IN`` the known names or ``NOT IN`` the unknown ones, whichever is shorter.
+        """
+        t = self.table
+        if self._names.shape is None:
+            rows = conn.execute(sa.select(t.c.queue_name, t.c.id)).all()
+            self._names.names = frozenset(r.queue_name for r in rows)
+            self._names.shape = (len(rows), max((r.id for r in rows), default=None))
+        unknown = self._names.names.difference(known)
+        if not unknown:
+            return None
+        if len(unknown) < len(known):
+            return sa.not_(self.dialect.names_in(t.c.queue_name, sorted(unknown)))
+        return self.dialect.names_in(t.c.queue_name, sorted(known))
+
+    # -- the pick ------------------------------------------------------------------------
+    def pick(
+        self, node_id: str, limit: int, lease: timedelta, known: Collection[str]
+    ) -> list[PickedRow]:
+        """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2)."""
+        if limit <= 0:
+            return []
+        for _ in range(2):
+            with self._begin() as conn:
+                name_filter = self._name_filter(conn, known)
+                where = self.table.c.paused == False  # noqa: E712
+                if name_filter is not None:
+                    where = sa.and_(where, name_filter)
+                rows = self.dialect.pick(
+                    conn, self.table, where=where, limit=limit, lease=lease, node_id=node_id
+                )
+                if all(r["queue_name"] in known for r in rows):
+                    return rows
+                # A row was added since the names were read: undo the whole pick and filter.
+                conn.rollback()
+                self._names.shape = None
+        return []
+
+    # -- fenced writes of running executions ---------------------------------------------
+    def _fence(self, node_id: str, id_: Any, token: Any) -> ColumnElement[bool]:
+        t = self.table
+        return sa.and_(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+
+    def heartbeat(
+        self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
+    ) -> tuple[set[int], set[int]]:
+        """Extend the lease of every execution in ``tokens`` (``id -> token``) in one statement.
+
+        Returns ``(alive, stop_requested)``: the ids still owned by this node, and those of
+        them whose cancel was requested. An id missing from ``alive`` has lost its lease.
+        """
+        if not tokens:
+            return set(), set()
+        t = self.table
+        fences = [self._fence(node_id, i, tok) for i, tok in tokens.items()]
+        with self._begin() as conn:
+            conn.execute(
+                sa.update(t)
+                .where(sa.or_(*fences))
+                .values(next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now())
+            )
+            rows = conn.execute(
+                sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested).where(
+                    t.c.id.in_(list(tokens))
+                )
+            ).all()
+        alive = {r.id for r in rows if r.locked_by == node_id and r.total_attempt == tokens[r.id]}
+        stop = {r.id for r in rows if r.id in alive and r.stop_requested}
+        return alive, stop
+
+    def finish(
+        self, node_id: str, make_writes: Callable[[datetime], Sequence[FinishWrite]]
+    ) -> tuple[datetime, list[FinishWrite]]:
+        """Write finished executions in one transaction, fenced; returns (db now, stale writes).
+
+        ``make_writes`` receives the database time (the finish time) and returns the writes;
+        a write whose token moved on (another node owns the row) changes nothing.
+        """
+        with self._begin() as conn:
+            now = self._now(conn)
+            writes = list(make_writes(now))
+            stale = [w for w in writes if not self._write_fenced(conn, node_id, w)]
+            if writes and self.dialect.supports_notify:
+                # The next occurrence may be due at once (FixedDelay(0), a retry): wake peers.
+                self.dialect.notify(conn, self.channel, "")
+        return now, stale
+
+    def _write_fenced(self, conn: Connection, node_id: str, write: FinishWrite) -> bool:
+        t = self.table
+        values: dict[str, Any] = {
+            "locked_by": None,
+            "next_process_at": write.next_at,
+            "attempt": write.attempt,
+            "last_status": write.status,
+            "last_finished_at": write.finished_at,
+            "stop_requested": False,
+        }
+        if write.status == "success":
+            values["reenqueue_attempt"] = t.c.reenqueue_attempt + 1
+        if write.error is not None:
+            values["last_error"] = write.error
+        if not isinstance(write.payload, _Unset):
+            values["payload"] = write.payload
+        result = conn.execute(
+            sa.update(t).where(self._fence(node_id, write.id, write.token)).values(**values)
+        )
+        return bool(result.rowcount)
+
+    def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str) -> bool:
+        """Record, on a row just picked, that its previous execution was lost, and keep it."""
+        with self._begin() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(self.table)
+                    .where(self._fence(node_id, id_, token))
+                    .values(
+                        attempt=attempt,
+                        last_status="lost",
+                        last_error=error,
+                        last_finished_at=db_now(),
+                    )
+                ).rowcount
+            )
+
+    def release(self, node_id: str, tokens: Mapping[int, int]) -> int:
+        """Give back leases this node still holds so another node can pick them at once."""
+        if not tokens:
+            return 0
+        t = self.table
+        with self._begin() as conn:
+            count = 0
+            for id_, tok in tokens.items():
+                count += conn.execute(
+                    sa.update(t)
+                    .where(self._fence(node_id, id_, tok))
+                    .values(
+                        locked_by=None,
+                        next_process_at=db_now(),
+                        # The interrupted try was not a failure: give its attempt back.
+                        attempt=sa.case((t.c.attempt > 0, t.c.attempt - 1), else_=0),
+                        stop_requested=False,
+                    )
+                ).rowcount
+            if count and self.dialect.supports_notify:
+                self.dialect.notify(conn, self.channel, "")
+        return count
+
+    # -- operations ----------------------------------------------------------------------
+    def db_now(self) -> datetime:
+        """The database's current time, aware UTC."""
+        with self._begin() as conn:
+            return self._now(conn)
+
+    def _now(self, conn: Connection) -> datetime:
+        value = to_utc(conn.execute(sa.select(db_now())).scalar_one())
+        assert value is not None
+        return value
+
+    def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:
+        row = conn.execute(sa.select(self.table).where(self.table.c.queue_name == name)).first()
+        if row is None:
+            raise TaskNotFound(name, self.table_name)
+        return row._mapping
+
+    def _update_idle(self, name: str, what: str, **values: Any) -> None:
+        """Update a task that must not be running (its next time is its lease while it runs)."""
+        t = self.table
+        with self._begin() as conn:
+            done = conn.execute(
+                sa.update(t)
+                .where(t.c.queue_name == name, t.c.locked_by.is_(None))
+                .values(**values)
+            ).rowcount
+            if not done:
+                row = self._row(conn, name)
+                raise TaskRunning(
+                    name, row["locked_by"], f"cannot {what} while it runs; try after it finishes"
+                )
+            if self.dialect.supports_notify:
+                self.dialect.notify(conn, self.channel, name)
+
+    def trigger(self, name: str) -> None:
+        """Make the task due now (every listening node wakes at once on PostgreSQL)."""
+        self._update_idle(name, "trigger it", next_process_at=db_now(), attempt=0)
+
+    def reschedule(self, name: str, at: datetime) -> None:
+        """Set the task's next due time to the aware datetime ``at``."""
+        self._update_idle(name, "reschedule it", next_process_at=at, attempt=0)
+
+    def set_paused(self, name: str, paused: bool) -> None:
+        """Pause (never picked, cluster-wide) or resume a task. A running execution goes on."""
+        t = self.table
+        with self._begin() as conn:
+            if not conn.execute(
+                sa.update(t).where(t.c.queue_name == name).values(paused=paused)
+            ).rowcount:
+                raise TaskNotFound(name, self.table_name)
+            if not paused and self.dialect.supports_notify:
+                self.dialect.notify(conn, self.channel, name)
+
+    def cancel(self, name: str) -> bool:
+        """Ask the running execution to stop; False (and nothing changed) when it is idle."""
+        t = self.table
+        with self._begin() as conn:
+            done = conn.execute(
+                sa.update(t)
+                .where(t.c.queue_name == name, t.c.locked_by.is_not(None))
+                .values(stop_requested=True)
+            ).rowcount
+            if not done:
+                self._row(conn, name)  # raises TaskNotFound
+        return bool(done)
+
+    def delete(self, name: str, force: bool = False) -> None:
+        """Delete the task's row; a running task only with ``force=True``."""
+        t = self.table
+        with self._begin() as conn:
+            where = [t.c.queue_name == name]
+            if not force:
+                where.append(t.c.locked_by.is_(None))
+            if not conn.execute(sa.delete(t).where(*where)).rowcount:
+                row = self._row(conn, name)
+                raise TaskRunning(
+                    name, row["locked_by"], "refusing to delete it; pass force=True to delete anyway"
+                )
+
+    def info(self, name: str) -> TaskInfo:
+        """The task's row as a :class:`TaskInfo`."""
+        with self._begin() as conn:
+            return _to_info(self._row(conn, name))
+
+    def tasks(self) -> list[TaskInfo]:
+        """Every row, ordered by name."""
+        with self._begin() as conn:
+            rows = conn.execute(sa.select(self.table).order_by(self.table.c.queue_name))
+            return [_to_info(r._mapping) for r in rows]
+
+
+def validate_name(name: object) -> str:
+    """A task name: a non-empty string of at most 255 characters (any characters)."""
+    if not isinstance(name, str):
+        raise ValueError(f"task name must be a string, got {type(name).__name__}")
+    if not name.strip():
+        raise ValueError("task name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"task name {name[:40]!r}… is {len(name)} characters; the limit is {MAX_NAME_LENGTH}"
+        )
+    return name
+
+
+def decode_state(payload: str | None) -> Any:
+    """The stored ``payload`` as Python (JSON), ``None`` when empty."""
+    return None if payload is None else json.loads(payload)
+
+
+def _to_info(row: Mapping[str, Any]) -> TaskInfo:
+    return TaskInfo(
+        id=int(row["id"]),
+        name=row["queue_name"],
+        state=decode_state(row["payload"]),
+        created_at=row["created_at"],
+        next_process_at=row["next_process_at"],
+        attempt=int(row["attempt"]),
+        reenqueue_attempt=int(row["reenqueue_attempt"]),
+        total_attempt=int(row["total_attempt"]),
+        paused=bool(row["paused"]),
+        locked_by=row["locked_by"],
+        heartbeat_at=row["heartbeat_at"],
+        last_started_at=row["last_started_at"],
+        last_finished_at=row["last_finished_at"],
+        last_status=row["last_status"],
+        last_error=row["last_error"],
+        schedule=row["schedule"],
+        stop_requested=bool(row["stop_requested"]),
+    )

@@ -1,0 +1,115 @@
+"""A real scheduler node for multi-process tests: ``python -m tests.node --url … --table …``.
+
+It registers N tasks, runs until SIGTERM/SIGINT (graceful shutdown) or ``--seconds``, and
+appends one JSON line per event to ``--log``: ``start``/``end`` of every execution with the
+task, node, fencing token and wall-clock times (all nodes share this machine's clock), plus
+``finished`` (with whether the finish was written), ``lease_lost`` and ``lost_execution``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from dbscheduler import (
+    FixedDelay,
+    FixedRate,
+    LinearBackoff,
+    Outcome,
+    Scheduler,
+    TaskContext,
+    TaskInfo,
+)
+
+
+class EventLog:
+    def __init__(self, path: str, node: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._node = node
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "node": self._node, "t": time.time(), **fields})
+        with self._lock:
+            os.write(self._fd, (line + "\n").encode())
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--tasks", type=int, default=4)
+    p.add_argument("--prefix", default="task")
+    p.add_argument("--rate", type=float, default=0.5, help="FixedRate period, s")
+    p.add_argument("--delay", type=float, default=None, help="use FixedDelay instead")
+    p.add_argument("--work", type=float, default=0.2, help="seconds each execution works")
+    p.add_argument("--ignore-stop", action="store_true", help="keep working when asked to stop")
+    p.add_argument("--lease", type=float, default=3.0)
+    p.add_argument("--poll", type=float, default=0.5)
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=None)
+    p.add_argument("--skew", type=float, default=0.0, help="shift this node's wall clock, s")
+    p.add_argument("--retry", type=float, default=None, help="LinearBackoff delay, s")
+    args = p.parse_args(argv)
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s {args.node} %(name)s %(levelname)s %(message)s")
+    if args.skew:
+        # Every use of the node's wall clock inside the library goes through this seam.
+        import dbscheduler._clock as clock
+
+        real = time.time
+        clock.local_time = lambda: real() + args.skew  # type: ignore[assignment]
+
+    events = EventLog(args.log, args.node)
+    scheduler = Scheduler(args.url, table=args.table, node_id=args.node,
+                          max_workers=args.workers, lease=args.lease, poll_interval=args.poll)
+
+    def work(ctx: TaskContext) -> None:
+        start = time.time()
+        events.write("start", task=ctx.name, token=ctx.total_attempt, attempt=ctx.attempt,
+                     scheduled=ctx.scheduled_at.timestamp(), started=ctx.started_at.timestamp())
+        deadline = start + args.work
+        stopped = False
+        while time.time() < deadline:
+            if ctx.stop_requested.wait(min(0.05, max(0.0, deadline - time.time()))):
+                stopped = True
+                if not args.ignore_stop:
+                    break
+        events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
+                     stop_requested=stopped)
+
+    schedule = FixedDelay(args.delay) if args.delay is not None else FixedRate(args.rate)
+    on_failure = LinearBackoff(args.retry) if args.retry else None
+    for i in range(args.tasks):
+        scheduler.add(f"{args.prefix}-{i}", work, schedule=schedule, on_failure=on_failure)
+
+    class Recorder:
+        def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
+            events.write("finished", task=ctx.name, token=ctx.total_attempt,
+                         status=outcome.status, written=outcome.next_at is not None)
+
+        def on_lease_lost(self, ctx: TaskContext) -> None:
+            events.write("lease_lost", task=ctx.name, token=ctx.total_attempt)
+
+        def on_lost_execution(self, info: TaskInfo) -> None:
+            events.write("lost_execution", task=info.name, lost_node=info.locked_by)
+
+    scheduler.add_listener(Recorder())
+    events.write("node_start", pid=os.getpid())
+    if args.seconds is not None:
+        threading.Timer(args.seconds, scheduler.shutdown, kwargs={"timeout": 10}).start()
+    scheduler.run(shutdown_timeout=10)
+    events.write("node_stop")
+
+
+if __name__ == "__main__":
+    main()
