@@ -10,7 +10,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from ._execution import Execution
 from ._faults import FaultLog
 from ._heartbeat import Heartbeat
-from .context import UNSET, Result, Status
+from .context import UNSET, Result, Status, _Unset
 from .listeners import Listeners, Outcome
 from .planning import plan_next
 from .store import FinishWrite, Store
@@ -53,19 +52,28 @@ class Ended:
 
 
 class Executor:
-    """``max_workers`` threads; coroutine functions run on one event loop thread of its own."""
+    """``max_workers`` threads; coroutine functions run on one event loop thread of its own.
+
+    The workers are daemon threads started once, not a ``ThreadPoolExecutor``: the standard
+    pool joins its threads at interpreter exit, so one task that never returns would keep a
+    node process alive forever after its shutdown.
+    """
 
     def __init__(self, max_workers: int, on_ended: Callable[[Ended], None],
                  listeners: Listeners) -> None:
         self.max_workers = max_workers
-        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="dbscheduler-worker")
         self._on_ended = on_ended
         self._listeners = listeners
         self._lock = threading.Lock()
         self._running: dict[int, Execution] = {}
-        self._futures: set[Future[None]] = set()
+        self._queue: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"dbscheduler-worker-{i}", daemon=True)
+            for i in range(max_workers)
+        ]
+        for worker in self._workers:
+            worker.start()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
 
     @property
     def free(self) -> int:
@@ -79,14 +87,11 @@ class Executor:
     def submit(self, ex: Execution) -> None:
         with self._lock:
             self._running[ex.id] = ex
-        future = self._pool.submit(self._run, ex)
-        with self._lock:
-            self._futures.add(future)
-        future.add_done_callback(self._forget)
+        self._queue.put(ex)
 
-    def _forget(self, future: Future[None]) -> None:
-        with self._lock:
-            self._futures.discard(future)
+    def _work(self) -> None:
+        while (ex := self._queue.get()) is not None:
+            self._run(ex)
 
     def wait(self, timeout: float) -> bool:
         """Wait for running functions up to ``timeout`` s; True when none is left."""
@@ -102,9 +107,10 @@ class Executor:
             pending[0].done.wait(min(remaining, 0.1))
 
     def shutdown(self) -> None:
-        # Threads stuck in a task that never returns cannot be killed; they are daemons of the
-        # pool and are abandoned here (their leases were released, their finishes are fenced).
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # A thread stuck in a task that never returns cannot be killed: it is abandoned here
+        # (its lease was released, its finish would be fenced out) and dies with the process.
+        for _ in self._workers:
+            self._queue.put(None)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -117,7 +123,7 @@ class Executor:
                     target=loop.run_forever, name="dbscheduler-asyncio", daemon=True
                 )
                 thread.start()
-                self._loop, self._loop_thread = loop, thread
+                self._loop = loop
             return self._loop
 
     def _run(self, ex: Execution) -> None:
@@ -142,7 +148,7 @@ class Executor:
             elif value is not None:
                 log.debug("task %r returned %r; ignored (return a Result to store state)",
                           task.name, value)
-        except BaseException as exc:  # noqa: BLE001 - a task must never kill its worker
+        except BaseException as exc:
             status, error = "error", describe_error(exc)
             log.error("task %r failed: %s", task.name, error, exc_info=exc)
             if not isinstance(exc, Exception):
@@ -226,9 +232,11 @@ class Finisher:
         while todo:
             self._heartbeat.untrack(e.execution for e in todo)
             plans: dict[int, datetime] = {}
+            batch_now = list(todo)
             try:
-                now, stale = self._store.finish(
-                    self._node_id, lambda now: [self._write_for(e, now, plans) for e in todo]
+                _, stale = self._store.finish(
+                    self._node_id,
+                    lambda now: [self._write_for(e, now, plans) for e in batch_now],  # noqa: B023
                 )
             except Exception as exc:
                 self._faults.failed(exc)
@@ -254,7 +262,8 @@ class Finisher:
 
     def _write_for(self, e: Ended, now: datetime, plans: dict[int, datetime]) -> FinishWrite:
         ex = e.execution
-        status, error, payload = e.status, e.error, UNSET
+        status, error = e.status, e.error
+        payload: str | _Unset | None = UNSET
         if e.state is not UNSET:
             try:
                 payload = None if e.state is None else json.dumps(e.state)

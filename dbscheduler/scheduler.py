@@ -300,7 +300,7 @@ class Scheduler:
     def run(self, shutdown_timeout: float = 30) -> None:
         """Start and block until SIGINT or SIGTERM (or :meth:`shutdown` from another thread),
         then shut down gracefully."""
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
 
         def handle(signum: int, frame: FrameType | None) -> None:
             log.info("received %s; shutting down", signal.Signals(signum).name)

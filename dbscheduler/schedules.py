@@ -199,6 +199,18 @@ _HASHED_OR_RANDOM: Final = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
 # Any fixed instant works as the starting point of the validity probe; it only has to be
 # far from the ends of the calendar.
 _PROBE_START: Final = datetime(2000, 1, 1, tzinfo=UTC)
+# croniter searches up to 50 years ahead for a match; past this year a failed search means
+# the calendar ran out, not that the expression is broken.
+_END_OF_TIME_YEAR: Final = 9000
+
+
+# croniter reads a one-value range "a-a" (and "a-a/n") as a full wrap-around cycle, i.e. every
+# value: "0 5-5 * * *" would fire every hour. Standard cron reads it as just "a".
+_ONE_VALUE_RANGE: Final = re.compile(r"^(\w+)-\1(?:/\d+)?$", re.IGNORECASE)
+
+
+def _single_value_ranges(field_text: str) -> str:
+    return ",".join(_ONE_VALUE_RANGE.sub(r"\1", part) for part in field_text.split(","))
 
 
 def _load_zone(name: object) -> ZoneInfo:
@@ -327,6 +339,7 @@ class Cron(Schedule):
             )
         if any(_HASHED_OR_RANDOM.search(f) for f in fields):
             raise bad("hashed (H) and random (R) values are not supported")
+        croniter_fields = [_single_value_ranges(f) for f in croniter_fields]
         hour_text = croniter_fields[1]
         try:
             template = croniter(" ".join(croniter_fields), _PROBE_START, ret_type=datetime)
@@ -394,9 +407,13 @@ class Cron(Schedule):
         after = _require_aware(dt, "Cron.next_after: dt")
         try:
             return self._next_after(after)
-        except (OverflowError, CroniterBadDateError):
-            # Only reachable within a few years of 9999-12-31.
-            return _MAX_UTC
+        except (OverflowError, ValueError) as exc:
+            # croniter and datetime give up at the end of the calendar: nothing left to fire.
+            if after.year >= _END_OF_TIME_YEAR:
+                return _MAX_UTC
+            raise ValueError(
+                f"Cron.expr: {self.expr!r} found no fire time after {after.isoformat()}: {exc}"
+            ) from exc
 
     # -- the DST-aware search ----------------------------------------------------------------
     #

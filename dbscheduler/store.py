@@ -62,7 +62,7 @@ class FinishWrite:
     finished_at: datetime
     error: str | None = None
     """Written to ``last_error`` when set; a success keeps the last failure's text."""
-    payload: str | None | _Unset = UNSET
+    payload: str | _Unset | None = UNSET
     """New JSON state; ``UNSET`` keeps the stored one."""
 
 
@@ -88,7 +88,7 @@ class Store:
         self.table_name = table
         self.table = make_table(table)
         self.dialect: Dialect = dialect_for(engine)
-        schema, name = split_table_name(table)
+        name = split_table_name(table)[1]
         self.channel = f"dbscheduler_{name}"[:63]
         self._names = _NameCache()
 
@@ -360,7 +360,7 @@ class Store:
         row = conn.execute(sa.select(self.table).where(self.table.c.queue_name == name)).first()
         if row is None:
             raise TaskNotFound(name, self.table_name)
-        return row._mapping
+        return dict(row._mapping)
 
     def _update_idle(self, name: str, what: str, **values: Any) -> None:
         """Update a task that must not be running (its next time is its lease while it runs)."""
@@ -421,7 +421,8 @@ class Store:
             if not conn.execute(sa.delete(t).where(*where)).rowcount:
                 row = self._row(conn, name)
                 raise TaskRunning(
-                    name, row["locked_by"], "refusing to delete it; pass force=True to delete anyway"
+                    name, row["locked_by"],
+                    "refusing to delete it; pass force=True to delete anyway",
                 )
 
     def info(self, name: str) -> TaskInfo:
@@ -433,7 +434,7 @@ class Store:
         """Every row, ordered by name."""
         with self._begin() as conn:
             rows = conn.execute(sa.select(self.table).order_by(self.table.c.queue_name))
-            return [_to_info(r._mapping) for r in rows]
+            return [_to_info(dict(r._mapping)) for r in rows]
 
 
 def validate_name(name: object) -> str:

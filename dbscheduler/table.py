@@ -89,7 +89,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if name == "mssql":
             from sqlalchemy.dialects.mssql import DATETIME2
 
-            return dialect.type_descriptor(DATETIME2(precision=6))
+            return dialect.type_descriptor(DATETIME2(precision=6))  # type: ignore[no-untyped-call]
         if name == "oracle":
             from sqlalchemy.dialects.oracle import TIMESTAMP as ORA_TIMESTAMP
 
@@ -180,7 +180,9 @@ def _name_type() -> TypeEngine[str]:
     )
 
 
-def make_table(qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None) -> sa.Table:
+def make_table(
+    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None
+) -> sa.Table:
     """Build the scheduler table for a validated name (see :func:`split_table_name`).
 
     >>> make_table("jobs").c.queue_name.name
@@ -207,7 +209,9 @@ def make_table(qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None
             nullable=False,
         ),
         sa.Column("attempt", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("reenqueue_attempt", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+        sa.Column(
+            "reenqueue_attempt", sa.BigInteger(), nullable=False, server_default=sa.text("0")
+        ),
         sa.Column(
             "total_attempt",
             sa.BigInteger(),

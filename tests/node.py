@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=None)
     p.add_argument("--skew", type=float, default=0.0, help="shift this node's wall clock, s")
     p.add_argument("--retry", type=float, default=None, help="LinearBackoff delay, s")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0)
     args = p.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
@@ -106,8 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     scheduler.add_listener(Recorder())
     events.write("node_start", pid=os.getpid())
     if args.seconds is not None:
-        threading.Timer(args.seconds, scheduler.shutdown, kwargs={"timeout": 10}).start()
-    scheduler.run(shutdown_timeout=10)
+        threading.Timer(args.seconds, scheduler.shutdown,
+                        kwargs={"timeout": args.shutdown_timeout}).start()
+    scheduler.run(shutdown_timeout=args.shutdown_timeout)
     events.write("node_stop")
 
 

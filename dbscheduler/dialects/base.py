@@ -29,7 +29,7 @@ PickedRow = Mapping[str, Any]
 ``prev_next_process_at`` and ``prev_last_started_at`` as they were before it."""
 
 
-class db_now(FunctionElement[datetime]):  # noqa: N801 - reads as a SQL function
+class db_now(FunctionElement[datetime]):
     """The database's current time in UTC, compiled per dialect (never the node's clock)."""
 
     type = UTCDateTime()
@@ -37,7 +37,7 @@ class db_now(FunctionElement[datetime]):  # noqa: N801 - reads as a SQL function
     name = "db_now"
 
 
-class db_now_plus(FunctionElement[datetime]):  # noqa: N801
+class db_now_plus(FunctionElement[datetime]):
     """``db_now() + seconds``; the single argument is a number of seconds (a bound float)."""
 
     type = UTCDateTime()
@@ -74,7 +74,9 @@ class Dialect:
         """Attach whatever the backend needs to every new connection (SQLite: locking)."""
 
     # -- registration --------------------------------------------------------------------
-    def insert_if_absent(self, conn: Connection, table: sa.Table, values: Mapping[str, Any]) -> None:
+    def insert_if_absent(
+        self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
+    ) -> None:
         """Insert ``values`` unless a row with the same ``queue_name`` exists.
 
         Racing nodes must both succeed, with exactly one row the result.

@@ -36,7 +36,9 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 class MySQLDialect(Dialect):
     name = "mysql"
 
-    def insert_if_absent(self, conn: Connection, table: sa.Table, values: Mapping[str, Any]) -> None:
+    def insert_if_absent(
+        self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
+    ) -> None:
         # ON DUPLICATE KEY UPDATE id = id, not INSERT IGNORE: IGNORE would also swallow real
         # errors (truncation, bad values) as warnings.
         stmt = mysql_insert(table).values(**values)

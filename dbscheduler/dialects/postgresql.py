@@ -38,7 +38,9 @@ class PostgreSQLDialect(Dialect):
     name = "postgresql"
     supports_notify = True
 
-    def insert_if_absent(self, conn: Connection, table: sa.Table, values: Mapping[str, Any]) -> None:
+    def insert_if_absent(
+        self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
+    ) -> None:
         stmt = pg_insert(table).values(**values).on_conflict_do_nothing(
             index_elements=["queue_name"]
         )

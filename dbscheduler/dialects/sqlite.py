@@ -60,7 +60,9 @@ class SQLiteDialect(Dialect):
         def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    def insert_if_absent(self, conn: Connection, table: sa.Table, values: Mapping[str, Any]) -> None:
+    def insert_if_absent(
+        self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
+    ) -> None:
         stmt = sqlite_insert(table).values(**values).on_conflict_do_nothing(
             index_elements=["queue_name"]
         )

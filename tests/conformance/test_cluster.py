@@ -1,0 +1,200 @@
+"""The guarantees of DESIGN §1 with several real node processes, on every real database."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from dbscheduler import Scheduler
+from tests.conformance.harness import ROOT, assert_no_overlap, cluster, executions
+
+pytestmark = pytest.mark.slow
+
+
+def _row(url: str, table: str, name: str) -> dict[str, object]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text(f"SELECT * FROM {table} WHERE queue_name = :n"), {"n": name}
+            ).mappings().one()
+            return dict(row)
+    finally:
+        engine.dispose()
+
+
+def test_ten_processes_register_at_the_same_instant(migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    at = time.time() + 3
+    script = textwrap.dedent(f"""
+        import time
+        from dbscheduler import Scheduler, FixedRate
+        s = Scheduler({url!r}, table={table!r}, poll_interval=60)
+        for i in range(20):
+            s.add(f"job-{{i}}", lambda: None, schedule=FixedRate(3600))
+        time.sleep(max(0, {at!r} - time.time()))
+        s.start()
+        s.shutdown(timeout=5)
+    """)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE)
+        for _ in range(10)
+    ]
+    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 10, errors
+    with sa.create_engine(url).connect() as conn:
+        rows = conn.execute(
+            sa.text(f"SELECT queue_name, count(*) FROM {table} GROUP BY queue_name")
+        )
+        counts = dict(rows.all())
+    assert counts == {f"job-{i}": 1 for i in range(20)}
+
+
+def test_three_nodes_never_overlap(migrated: tuple[str, str], tmp_path: Path) -> None:
+    url, table = migrated
+    with cluster(url, table, tmp_path) as c:
+        for n in range(3):
+            c.start(f"node-{n}", "--tasks", "12", "--rate", "0.5", "--work", "0.2",
+                    "--lease", "3", "--poll", "0.5")
+        time.sleep(11)
+        for n in range(3):
+            assert c.stop(f"node-{n}") == 0, c.stderr(f"node-{n}")
+        runs = executions(c.events())
+    assert_no_overlap(runs)
+    per_task = {f"task-{i}": 0 for i in range(12)}
+    for run in runs:
+        per_task[run.task] += 1
+    # ~20 slots of 0.5 s in 10 s; a task that ran a handful of times was starved.
+    assert min(per_task.values()) >= 10, per_task
+    assert len({r.node for r in runs}) >= 2, "the work is shared, not pinned to one node"
+    assert all(r.end is not None for r in runs), "graceful stop lets running tasks finish"
+
+
+def test_kill_9_the_task_is_taken_over_after_the_lease(
+    migrated: tuple[str, str], tmp_path: Path
+) -> None:
+    url, table = migrated
+    lease, period = 2.0, 1.0
+    args = ("--tasks", "1", "--rate", str(period), "--work", "30", "--lease", str(lease),
+            "--poll", "0.2")
+    with cluster(url, table, tmp_path) as c:
+        c.start("victim", *args)
+        events = c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), 15,
+                            "the victim starts the task")
+        killed_at = time.time()
+        heartbeat_before = _row(url, table, "task-0")["heartbeat_at"]
+        c.nodes["victim"].kill()
+        c.nodes["victim"].wait()
+        c.start("heir", *args)
+        events = c.wait_for(
+            lambda ev: any(e["event"] == "start" and e["node"] == "heir" for e in ev), 20,
+            "the heir takes over")
+        taken = next(e for e in events if e["event"] == "start" and e["node"] == "heir")
+        lost = [e for e in events if e["event"] == "lost_execution"]
+    first = next(e for e in events if e["event"] == "start" and e["node"] == "victim")
+    # The heir started only after the lease had really expired (last heartbeat + lease) …
+    assert heartbeat_before is not None
+    assert taken["t"] >= first["t"], "ordering"
+    lease_end = max(first["t"], killed_at - lease / 3) + lease
+    assert taken["t"] >= lease_end - lease / 3 - 0.05, (taken, first)
+    # … and within lease + one period of the kill (generous bound: the ordering is the point).
+    assert taken["t"] <= killed_at + lease + period + 2.0
+    assert lost and lost[0]["lost_node"] == "victim"
+    assert taken["token"] == first["token"] + 1
+
+
+def test_zombie_writes_nothing_after_losing_its_lease(
+    migrated: tuple[str, str], tmp_path: Path
+) -> None:
+    url, table = migrated
+    lease = 1.5
+    with cluster(url, table, tmp_path) as c:
+        c.start("zombie", "--tasks", "1", "--rate", "0.5", "--work", "6", "--lease", str(lease),
+                "--poll", "0.2", "--ignore-stop")
+        c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), 15, "zombie starts")
+        c.signal("zombie", signal.SIGSTOP)
+        c.start("heir", "--tasks", "1", "--rate", "0.5", "--work", "0.1", "--lease",
+                str(lease), "--poll", "0.2")
+        c.wait_for(lambda ev: sum(e["event"] == "finished" and e["node"] == "heir"
+                                  for e in ev) >= 2, 20, "the heir runs the task twice")
+        c.signal("zombie", signal.SIGCONT)
+        events = c.wait_for(
+            lambda ev: any(e["event"] == "finished" and e["node"] == "zombie" for e in ev), 20,
+            "the zombie's execution ends")
+        heir_tokens = [e["token"] for e in events if e["event"] == "start" and e["node"] == "heir"]
+    zombie_start = next(e for e in events if e["event"] == "start" and e["node"] == "zombie")
+    zombie_end = [e for e in events if e["node"] == "zombie" and e["event"] in
+                  ("lease_lost", "finished", "end")]
+    assert any(e["event"] == "lease_lost" for e in zombie_end), zombie_end
+    finished = next(e for e in zombie_end if e["event"] == "finished")
+    assert finished["written"] is False, "the zombie's finish must be refused"
+    end = next(e for e in zombie_end if e["event"] == "end")
+    assert end["stop_requested"] is True, "the zombie's ctx.stop_requested must be set"
+    assert min(heir_tokens) > zombie_start["token"]
+    row = _row(url, table, "task-0")
+    assert int(row["total_attempt"]) >= max(heir_tokens)  # type: ignore[call-overload]
+    assert row["locked_by"] in (None, "heir")
+
+
+def test_skewed_clock_never_overlaps(migrated: tuple[str, str], tmp_path: Path) -> None:
+    url, table = migrated
+    with cluster(url, table, tmp_path) as c:
+        c.start("ahead", "--tasks", "6", "--rate", "0.4", "--work", "0.15", "--lease", "2",
+                "--poll", "0.3", "--skew", "7200")
+        c.start("behind", "--tasks", "6", "--rate", "0.4", "--work", "0.15", "--lease", "2",
+                "--poll", "0.3", "--skew", "-7200")
+        time.sleep(6)
+        assert c.stop("ahead") == 0 and c.stop("behind") == 0
+        runs = executions(c.events())
+    assert_no_overlap(runs)
+    assert {r.node for r in runs} == {"ahead", "behind"}
+    assert min(sum(r.task == f"task-{i}" for r in runs) for i in range(6)) >= 8
+
+
+def test_graceful_shutdown_releases_leases_at_once(
+    migrated: tuple[str, str], tmp_path: Path
+) -> None:
+    url, table = migrated
+    lease = 30.0  # far longer than the test: only a release lets the other node run it
+    with cluster(url, table, tmp_path) as c:
+        c.start("leaving", "--tasks", "1", "--rate", "0.5", "--work", "60", "--lease", str(lease),
+                "--poll", "0.2", "--ignore-stop", "--shutdown-timeout", "1")
+        c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), 15, "task starts")
+        c.start("staying", "--tasks", "1", "--rate", "0.5", "--work", "0.1", "--lease",
+                str(lease), "--poll", "0.2")
+        time.sleep(1)
+        # The task ignores stop_requested: after the 1 s shutdown timeout its lease is released.
+        c.signal("leaving", signal.SIGTERM)
+        terminated = time.time()
+        events = c.wait_for(lambda ev: any(e["event"] == "start" and e["node"] == "staying"
+                                           for e in ev), lease / 2, "the other node runs it")
+        assert c.stop("leaving") == 0, c.stderr("leaving")
+    taken = next(e for e in events if e["event"] == "start" and e["node"] == "staying")
+    assert taken["t"] > terminated
+    assert taken["t"] - terminated < lease / 2, "released at shutdown, not after the lease"
+
+
+def test_trigger_from_another_process_wakes_a_postgresql_node(
+    migrated: tuple[str, str], backend: str, tmp_path: Path
+) -> None:
+    if backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY wake-ups are PostgreSQL's; others wake on their poll")
+    url, table = migrated
+    poll = 10.0
+    with cluster(url, table, tmp_path) as c:
+        c.start("sleeper", "--tasks", "1", "--rate", "3600", "--work", "0", "--poll", str(poll))
+        time.sleep(2)  # started and LISTENing, nothing due for an hour
+        ops = Scheduler(url, table=table)
+        ops.trigger("task-0")
+        triggered = time.time()
+        events = c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), poll,
+                            "the triggered task starts")
+    started = next(e for e in events if e["event"] == "start")
+    assert started["t"] - triggered < poll / 4, "woken by NOTIFY, not by the poll"
