@@ -110,9 +110,9 @@ class Scheduler:
         self.table = table
         self._owns_engine = engine is None
         if engine is None:
-            engine = sa.create_engine(
-                url or DEFAULT_URL, pool_pre_ping=True, pool_size=5, max_overflow=10
-            )
+            # No pool_pre_ping: it would add a statement to every poll. A connection that died
+            # fails its statement, SQLAlchemy discards it, and every loop here retries.
+            engine = sa.create_engine(url or DEFAULT_URL, pool_size=5, max_overflow=10)
         self.engine = engine
         self._store = Store(engine, table)
         self._store.dialect.configure_engine(engine)

@@ -114,9 +114,21 @@ class Store:
 
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
+        """A read-write transaction, committed at the end."""
         try:
             with self.engine.begin() as conn:
                 yield conn
+        except sa.exc.DBAPIError as exc:
+            if self.dialect.is_missing_table(exc):
+                raise SchemaMissing(self.table_name, self._safe_url()) from exc
+            raise
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A connection for reads only (autocommit on servers: one round trip per query)."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn.execution_options(**self.dialect.read_options)
         except sa.exc.DBAPIError as exc:
             if self.dialect.is_missing_table(exc):
                 raise SchemaMissing(self.table_name, self._safe_url()) from exc
@@ -175,7 +187,7 @@ class Store:
     def poll(self, known: Collection[str]) -> PollState:
         """One small query: database time, next due time of this node's tasks, table shape."""
         t = self.table
-        with self._begin() as conn:
+        with self._read() as conn:
             where = self._name_filter(conn, known)
             due = sa.select(sa.func.min(t.c.next_process_at)).where(
                 t.c.paused == False,  # noqa: E712
@@ -348,7 +360,7 @@ class Store:
     # -- operations ----------------------------------------------------------------------
     def db_now(self) -> datetime:
         """The database's current time, aware UTC."""
-        with self._begin() as conn:
+        with self._read() as conn:
             return self._now(conn)
 
     def _now(self, conn: Connection) -> datetime:
@@ -427,12 +439,12 @@ class Store:
 
     def info(self, name: str) -> TaskInfo:
         """The task's row as a :class:`TaskInfo`."""
-        with self._begin() as conn:
+        with self._read() as conn:
             return _to_info(self._row(conn, name))
 
     def tasks(self) -> list[TaskInfo]:
         """Every row, ordered by name."""
-        with self._begin() as conn:
+        with self._read() as conn:
             rows = conn.execute(sa.select(self.table).order_by(self.table.c.queue_name))
             return [_to_info(dict(r._mapping)) for r in rows]
 

@@ -69,6 +69,9 @@ class Dialect:
     supports_notify: ClassVar[bool] = False
     """Whether operations can wake sleeping nodes at once (PostgreSQL ``LISTEN/NOTIFY``)."""
 
+    read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
+    """Execution options of read-only statements: no BEGIN/COMMIT round trips around them."""
+
     # -- engine set-up -------------------------------------------------------------------
     def configure_engine(self, engine: Engine) -> None:
         """Attach whatever the backend needs to every new connection (SQLite: locking)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -42,6 +42,8 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
+    # Reads take a deferred transaction: they must not queue behind other nodes' write lock.
+    read_options: ClassVar[dict[str, Any]] = {"dbscheduler_read": True}
 
     def configure_engine(self, engine: Engine) -> None:
         # pysqlite's own transaction handling begins lazily and never IMMEDIATE; take it over
@@ -58,7 +60,8 @@ class SQLiteDialect(Dialect):
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            read = conn.get_execution_options().get("dbscheduler_read")
+            conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
