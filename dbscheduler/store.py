@@ -291,32 +291,63 @@ class Store:
         with self._begin() as conn:
             now = self._now(conn)
             writes = list(make_writes(now))
-            stale = [w for w in writes if not self._write_fenced(conn, node_id, w)]
-            if writes and self.dialect.supports_notify:
+            if not writes:
+                return now, []
+            # One statement shape for every write, so the whole batch is one executemany.
+            result = conn.execute(self._finish_stmt(node_id), [_finish_params(w) for w in writes])
+            if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(writes):
+                stale = []
+            else:
+                stale = self._stale(conn, writes)
+            if self.dialect.supports_notify:
                 # The next occurrence may be due at once (FixedDelay(0), a retry): wake peers.
                 self.dialect.notify(conn, self.channel, "")
         return now, stale
 
-    def _write_fenced(self, conn: Connection, node_id: str, write: FinishWrite) -> bool:
-        t = self.table
-        values: dict[str, Any] = {
-            "locked_by": None,
-            "next_process_at": write.next_at,
-            "attempt": write.attempt,
-            "last_status": write.status,
-            "last_finished_at": write.finished_at,
-            "stop_requested": False,
-        }
-        if write.status == "success":
-            values["reenqueue_attempt"] = t.c.reenqueue_attempt + 1
-        if write.error is not None:
-            values["last_error"] = write.error
-        if not isinstance(write.payload, _Unset):
-            values["payload"] = write.payload
-        result = conn.execute(
-            sa.update(t).where(self._fence(node_id, write.id, write.token)).values(**values)
+    def _finish_stmt(self, node_id: str) -> sa.Update:
+        t, b = self.table, sa.bindparam
+        return (
+            sa.update(t)
+            .where(t.c.id == b("w_id"), t.c.total_attempt == b("w_token"),
+                   t.c.locked_by == node_id)
+            .values(
+                locked_by=None,
+                next_process_at=b("w_next", type_=t.c.next_process_at.type),
+                attempt=b("w_attempt", type_=sa.Integer()),
+                last_status=b("w_status", type_=t.c.last_status.type),
+                last_finished_at=b("w_finished", type_=t.c.last_finished_at.type),
+                stop_requested=False,
+                reenqueue_attempt=t.c.reenqueue_attempt + b("w_success", type_=sa.Integer()),
+                # A success keeps the last failure's text; a failure replaces it.
+                last_error=sa.func.coalesce(b("w_error", type_=t.c.last_error.type),
+                                            t.c.last_error),
+                payload=sa.case(
+                    (b("w_set_payload", type_=sa.Integer()) == 1,
+                     b("w_payload", type_=t.c.payload.type)),
+                    else_=t.c.payload,
+                ),
+            )
         )
-        return bool(result.rowcount)
+
+    def _stale(self, conn: Connection, writes: Sequence[FinishWrite]) -> list[FinishWrite]:
+        """Which writes of a batch did not land: their row does not carry what they wrote."""
+        t = self.table
+        rows = {
+            r.id: r
+            for r in conn.execute(
+                sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.last_finished_at).where(
+                    t.c.id.in_([w.id for w in writes])
+                )
+            )
+        }
+        return [
+            w
+            for w in writes
+            if (row := rows.get(w.id)) is None
+            or row.total_attempt != w.token
+            or row.locked_by is not None
+            or row.last_finished_at != w.finished_at
+        ]
 
     def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str) -> bool:
         """Record, on a row just picked, that its previous execution was lost, and keep it."""
@@ -447,6 +478,22 @@ class Store:
         with self._read() as conn:
             rows = conn.execute(sa.select(self.table).order_by(self.table.c.queue_name))
             return [_to_info(dict(r._mapping)) for r in rows]
+
+
+def _finish_params(write: FinishWrite) -> dict[str, Any]:
+    keep = isinstance(write.payload, _Unset)
+    return {
+        "w_id": write.id,
+        "w_token": write.token,
+        "w_next": write.next_at,
+        "w_attempt": write.attempt,
+        "w_status": write.status,
+        "w_finished": write.finished_at,
+        "w_success": 1 if write.status == "success" else 0,
+        "w_error": write.error,
+        "w_set_payload": 0 if keep else 1,
+        "w_payload": None if keep else write.payload,
+    }
 
 
 def validate_name(name: object) -> str:
