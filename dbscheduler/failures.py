@@ -139,9 +139,10 @@ class LinearBackoff(FailureSettings):
     max_attempts: int | None = None
     """Attempts per occurrence, the first try included; ``None`` = unbounded."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "delay", _check_delay(self.delay, "LinearBackoff.delay"))
-        _check_max_attempts(self.max_attempts, "LinearBackoff.max_attempts")
+    def __init__(self, delay: timedelta | float, max_attempts: int | None = None) -> None:
+        object.__setattr__(self, "delay", _check_delay(delay, "LinearBackoff.delay"))
+        _check_max_attempts(max_attempts, "LinearBackoff.max_attempts")
+        object.__setattr__(self, "max_attempts", max_attempts)
 
     def retry_delay(self, attempt: int) -> timedelta | None:
         """``delay``, or ``None`` once ``attempt >= max_attempts``.
@@ -170,9 +171,10 @@ class ArithmeticBackoff(FailureSettings):
     max_attempts: int | None = None
     """Attempts per occurrence, the first try included; ``None`` = unbounded."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "delay", _check_delay(self.delay, "ArithmeticBackoff.delay"))
-        _check_max_attempts(self.max_attempts, "ArithmeticBackoff.max_attempts")
+    def __init__(self, delay: timedelta | float, max_attempts: int | None = None) -> None:
+        object.__setattr__(self, "delay", _check_delay(delay, "ArithmeticBackoff.delay"))
+        _check_max_attempts(max_attempts, "ArithmeticBackoff.max_attempts")
+        object.__setattr__(self, "max_attempts", max_attempts)
 
     def retry_delay(self, attempt: int) -> timedelta | None:
         """``delay * (2n - 1)`` capped at :data:`MAX_RETRY_DELAY`, or ``None`` when exhausted.
@@ -207,18 +209,25 @@ class GeometricBackoff(FailureSettings):
     max_delay: timedelta | None = None
     """Largest delay (>= ``delay``); ``None`` = :data:`MAX_RETRY_DELAY`."""
 
-    def __post_init__(self) -> None:
-        delay = _check_delay(self.delay, "GeometricBackoff.delay")
-        object.__setattr__(self, "delay", delay)
-        _check_max_attempts(self.max_attempts, "GeometricBackoff.max_attempts")
-        if self.max_delay is not None:
-            max_delay = _check_delay(self.max_delay, "GeometricBackoff.max_delay")
-            if max_delay < delay:
+    def __init__(
+        self,
+        delay: timedelta | float,
+        max_attempts: int | None = None,
+        max_delay: timedelta | float | None = None,
+    ) -> None:
+        first = _check_delay(delay, "GeometricBackoff.delay")
+        object.__setattr__(self, "delay", first)
+        _check_max_attempts(max_attempts, "GeometricBackoff.max_attempts")
+        object.__setattr__(self, "max_attempts", max_attempts)
+        cap = None
+        if max_delay is not None:
+            cap = _check_delay(max_delay, "GeometricBackoff.max_delay")
+            if cap < first:
                 raise ValueError(
-                    f"GeometricBackoff.max_delay must be >= delay ({_show(delay)}), "
-                    f"got {_show(self.max_delay)}"
+                    f"GeometricBackoff.max_delay must be >= delay ({_show(first)}), "
+                    f"got {_show(max_delay)}"
                 )
-            object.__setattr__(self, "max_delay", max_delay)
+        object.__setattr__(self, "max_delay", cap)
 
     def retry_delay(self, attempt: int) -> timedelta | None:
         """``min(delay * 2**(n-1), max_delay)``, or ``None`` when exhausted.

@@ -86,7 +86,9 @@ def plan_next(
     ('2026-01-02T03:00:00+00:00', 0)
     """
     if status not in _STATUSES:
-        raise ValueError(f"plan_next: unknown status {status!r}, expected one of {sorted(_STATUSES)}")
+        raise ValueError(
+            f"plan_next: unknown status {status!r}, expected one of {sorted(_STATUSES)}"
+        )
     failed = status in ("error", "lost")
 
     if next_at_override is not None:

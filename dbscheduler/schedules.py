@@ -36,9 +36,9 @@ __all__ = ["Cron", "Dynamic", "FixedDelay", "FixedRate", "Schedule"]
 
 logger = logging.getLogger("dbscheduler.schedules")
 
-UTC: Final = timezone.utc
-_MAX_UTC: Final = datetime.max.replace(tzinfo=UTC)
-_MIN_UTC: Final = datetime.min.replace(tzinfo=UTC)
+_UTC: Final = timezone.utc
+_MAX_UTC: Final = datetime.max.replace(tzinfo=_UTC)
+_MIN_UTC: Final = datetime.min.replace(tzinfo=_UTC)
 _ZERO: Final = timedelta(0)
 _SECOND: Final = timedelta(seconds=1)
 _MICROSECOND: Final = timedelta(microseconds=1)
@@ -95,7 +95,7 @@ def _require_aware(value: object, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got naive {value.isoformat()}")
     try:
-        return value.astimezone(UTC)
+        return value.astimezone(_UTC)
     except OverflowError:
         # Only reachable at the very ends of the calendar (year 1 / 9999 with an offset).
         return _MAX_UTC if value.year > 1 else _MIN_UTC
@@ -104,7 +104,7 @@ def _require_aware(value: object, what: str) -> datetime:
 def _add_clamped(moment: datetime, delta: timedelta) -> datetime:
     """``moment + delta``, saturating at the ends of ``datetime`` instead of overflowing.
 
-    A saturated result (9999-12-31 UTC) means "effectively never"; raising would instead
+    A saturated result (9999-12-31 _UTC) means "effectively never"; raising would instead
     leave a finished execution without a next time.
     """
     try:
@@ -165,7 +165,7 @@ class Schedule(abc.ABC):
         finished_at: datetime,
         ctx: TaskContext | None,
     ) -> datetime:
-        """The next *regular* occurrence after an execution (aware UTC).
+        """The next *regular* occurrence after an execution (aware _UTC).
 
         ``scheduled_at`` is the due time that made the execution run, ``started_at`` when it
         was picked, ``finished_at`` when it ended (all aware). Retries are not decided here:
@@ -198,7 +198,7 @@ _HASHED_OR_RANDOM: Final = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
 
 # Any fixed instant works as the starting point of the validity probe; it only has to be
 # far from the ends of the calendar.
-_PROBE_START: Final = datetime(2000, 1, 1, tzinfo=UTC)
+_PROBE_START: Final = datetime(2000, 1, 1, tzinfo=_UTC)
 # croniter searches up to 50 years ahead for a match; past this year a failed search means
 # the calendar ran out, not that the expression is broken.
 _END_OF_TIME_YEAR: Final = 9000
@@ -211,6 +211,36 @@ _ONE_VALUE_RANGE: Final = re.compile(r"^(\w+)-\1(?:/\d+)?$", re.IGNORECASE)
 
 def _single_value_ranges(field_text: str) -> str:
     return ",".join(_ONE_VALUE_RANGE.sub(r"\1", part) for part in field_text.split(","))
+
+
+_CRONITER_ERRORS: Final = (CroniterError, ValueError, KeyError, TypeError, IndexError)
+_FIELD_NAMES: Final = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+
+def _to_croniter_order(fields: list[str]) -> list[str]:
+    """Our order (6 fields: seconds first) to croniter's (seconds last)."""
+    return [*fields[1:], fields[0]] if len(fields) == 6 else list(fields)
+
+
+def _last_line(exc: BaseException) -> str:
+    # croniter sometimes puts a whole traceback in its message: keep the last line.
+    lines = str(exc).strip().splitlines()
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _explain(fields: list[str]) -> str | None:
+    """Which field croniter rejects, in the user's field order (its own message shows the
+    fields reordered for it, which would confuse a 6-field user)."""
+    names = ("second", *_FIELD_NAMES) if len(fields) == 6 else _FIELD_NAMES
+    for index, (name, text) in enumerate(zip(names, fields, strict=True)):
+        probe = ["*"] * len(fields)
+        probe[index] = _single_value_ranges(text)
+        try:
+            croniter(" ".join(_to_croniter_order(probe)), _PROBE_START)
+        except _CRONITER_ERRORS as exc:
+            reason = "out of range" if "out of range" in str(exc) else "not acceptable"
+            return f"the {name} field {text!r} is {reason}"
+    return None
 
 
 def _load_zone(name: object) -> ZoneInfo:
@@ -243,6 +273,7 @@ def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
     apart, so a bisection to the second takes a dozen steps (zoneinfo does not expose its
     transition list). Transitions in tzdata fall on whole seconds.
     """
+    before = before.replace(microsecond=0)  # still before the change, now on its grid
     old = before.astimezone(zone).utcoffset()
     lo, hi = 0, math.ceil((after - before) / _SECOND)
     while hi - lo > 1:
@@ -255,7 +286,7 @@ def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
 
 
 def _utc_from_wall(wall: datetime, offset: timedelta) -> datetime:
-    return (wall - offset).replace(tzinfo=UTC)
+    return (wall - offset).replace(tzinfo=_UTC)
 
 
 def _wall_of(moment: datetime, offset: timedelta) -> datetime:
@@ -327,30 +358,24 @@ class Cron(Schedule):
             return ValueError(f"Cron.expr: {text!r} is not a valid cron expression: {reason}")
 
         fields = _ALIASES.get(text.lower(), text).split()
-        if len(fields) == 6:
-            # Seconds first for us, last for croniter.
-            croniter_fields = [*fields[1:], fields[0]]
-        elif len(fields) == 5:
-            croniter_fields = fields
-        else:
+        if len(fields) not in (5, 6):
             raise bad(
                 f"expected 5 fields (minute hour day month weekday) or 6 with the seconds "
                 f"first (second minute hour day month weekday), got {len(fields)}"
             )
         if any(_HASHED_OR_RANDOM.search(f) for f in fields):
             raise bad("hashed (H) and random (R) values are not supported")
+        croniter_fields = _to_croniter_order(fields)  # seconds first for us, last for croniter
+        hour_text = croniter_fields[1]  # the DST rule is chosen on the text as written
         croniter_fields = [_single_value_ranges(f) for f in croniter_fields]
-        hour_text = croniter_fields[1]
         try:
             template = croniter(" ".join(croniter_fields), _PROBE_START, ret_type=datetime)
             expanded = template.expanded
             copy.copy(template).get_next(datetime)
         except CroniterBadDateError:
             raise bad("it never fires") from None
-        except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
-            # croniter sometimes puts a whole traceback in the message: keep its last line.
-            lines = str(exc).strip().splitlines() or [type(exc).__name__]
-            raise bad(lines[-1]) from None
+        except _CRONITER_ERRORS as exc:
+            raise bad(_explain(fields) or _last_line(exc)) from None
         object.__setattr__(self, "_template", template)
         object.__setattr__(
             self,
@@ -396,7 +421,7 @@ class Cron(Schedule):
         """The first fire time strictly after the aware datetime ``dt``, as aware UTC.
 
         A naive ``dt`` raises ``ValueError``. Past the year 9999 there is nothing left to
-        fire: the result saturates at ``datetime.max`` (UTC).
+        fire: the result saturates at ``datetime.max`` (_UTC).
 
         >>> from datetime import datetime, timezone
         >>> berlin = Cron("0 * * * *", tz="Europe/Berlin")
@@ -433,7 +458,7 @@ class Cron(Schedule):
         """Matching naive wall times strictly after ``start`` (floored to the second)."""
         # A shallow copy shares the parsed fields (read-only) and keeps this thread-safe.
         it = copy.copy(self._template)
-        it.set_current(start.replace(microsecond=0, tzinfo=UTC), force=True)
+        it.set_current(start.replace(microsecond=0, tzinfo=_UTC), force=True)
         while True:
             yield it.get_next(datetime).replace(tzinfo=None)
 
@@ -536,11 +561,13 @@ class FixedRate(Schedule):
     period: timedelta
     """Time between due times (normalised to ``timedelta``)."""
 
-    def __post_init__(self) -> None:
-        period = _as_timedelta(self.period, "FixedRate.period")
-        if period <= _ZERO:
-            raise ValueError(f"FixedRate.period must be > 0, got {_show(self.period)}")
-        object.__setattr__(self, "period", period)
+    # An explicit __init__ (kept by @dataclass) so that FixedRate(10) type-checks while the
+    # attribute stays a plain timedelta.
+    def __init__(self, period: timedelta | float) -> None:
+        normalised = _as_timedelta(period, "FixedRate.period")
+        if normalised <= _ZERO:
+            raise ValueError(f"FixedRate.period must be > 0, got {_show(period)}")
+        object.__setattr__(self, "period", normalised)
 
     def describe(self) -> str:
         """``"fixed-rate <seconds>s"``.
@@ -602,11 +629,11 @@ class FixedDelay(Schedule):
     delay: timedelta
     """Pause between the end of one execution and the start of the next (``timedelta``)."""
 
-    def __post_init__(self) -> None:
-        delay = _as_timedelta(self.delay, "FixedDelay.delay")
-        if delay < _ZERO:
-            raise ValueError(f"FixedDelay.delay must be >= 0, got {_show(self.delay)}")
-        object.__setattr__(self, "delay", delay)
+    def __init__(self, delay: timedelta | float) -> None:
+        normalised = _as_timedelta(delay, "FixedDelay.delay")
+        if normalised < _ZERO:
+            raise ValueError(f"FixedDelay.delay must be >= 0, got {_show(delay)}")
+        object.__setattr__(self, "delay", normalised)
 
     def describe(self) -> str:
         """``"fixed-delay <seconds>s"``.
