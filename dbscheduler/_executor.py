@@ -35,8 +35,13 @@ def describe_error(exc: BaseException) -> str:
     return truncate(text)
 
 
+ERROR_TEXT_LIMIT = MAX_ERROR_LENGTH // 2
+"""Characters kept of an error: half the column, so that even four-byte characters fit
+Oracle's 4,000-byte VARCHAR2 and SQL Server's UTF-16 NVARCHAR(2000)."""
+
+
 def truncate(text: str) -> str:
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+    return text if len(text) <= ERROR_TEXT_LIMIT else text[: ERROR_TEXT_LIMIT - 1] + "…"
 
 
 @dataclass(frozen=True)

@@ -83,4 +83,7 @@ def offline_sql(dialect: str, table: str = DEFAULT_TABLE) -> str:
     # Alembic asks SQL Server and Oracle to return the inserted version number, which only
     # makes sense through a driver; a script to apply by hand must not carry it.
     sql = re.sub(r" OUTPUT inserted\.version_num", "", out.getvalue())
-    return re.sub(r" RETURNING \S*version_num( INTO :ret_0)?", "", sql)
+    sql = re.sub(r" RETURNING \S*version_num( INTO :ret_0)?", "", sql)
+    if dialect == "oracle":
+        sql += "COMMIT\n\n/\n\n"  # Oracle has no transactional DDL, but the INSERT needs it
+    return sql

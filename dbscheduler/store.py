@@ -29,6 +29,9 @@ __all__ = ["FinishWrite", "PollState", "Registration", "Store"]
 
 log = logging.getLogger("dbscheduler.store")
 
+_CHUNK = 500
+"""Rows per statement where a statement names rows one by one (heartbeats, stale checks)."""
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -94,9 +97,11 @@ class Store:
 
     # -- schema --------------------------------------------------------------------------
     def create_table(self) -> None:
-        """Create the table and its indexes if absent (the embedded default's zero set-up)."""
-        with self._begin() as conn:
-            self.table.create(conn, checkfirst=True)
+        """Create or upgrade the table through the migrations (the embedded default's zero
+        set-up), so that a later ``dbscheduler migrate`` finds it at its version."""
+        from .migrate import upgrade  # Alembic is only needed here
+
+        upgrade(self.engine, self.table_name)
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table is usable."""
@@ -144,7 +149,8 @@ class Store:
         t = self.table
         with self._begin() as conn:
             now = self._now(conn)
-            for item in items:
+            # One order on every node: racing registrations lock rows in the same sequence.
+            for item in sorted(items, key=lambda i: i.name):
                 first = item.first_run(now)
                 self.dialect.insert_if_absent(
                     conn,
@@ -264,18 +270,26 @@ class Store:
         if not tokens:
             return set(), set()
         t = self.table
-        fences = [self._fence(node_id, i, tok) for i, tok in tokens.items()]
+        ids = list(tokens)
+        rows: list[Any] = []
         with self._begin() as conn:
-            conn.execute(
-                sa.update(t)
-                .where(sa.or_(*fences))
-                .values(next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now())
-            )
-            rows = conn.execute(
-                sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested).where(
-                    t.c.id.in_(list(tokens))
+            # Chunks keep every statement under SQL Server's 2,100 parameters and Oracle's
+            # 1,000-item IN lists, however many executions a node runs.
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                fences = [self._fence(node_id, i, tokens[i]) for i in chunk]
+                conn.execute(
+                    sa.update(t)
+                    .where(sa.or_(*fences))
+                    .values(
+                        next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now()
+                    )
                 )
-            ).all()
+                rows += conn.execute(
+                    sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested).where(
+                        t.c.id.in_(chunk)
+                    )
+                ).all()
         alive = {r.id for r in rows if r.locked_by == node_id and r.total_attempt == tokens[r.id]}
         stop = {r.id for r in rows if r.id in alive and r.stop_requested}
         return alive, stop
@@ -293,9 +307,16 @@ class Store:
             writes = list(make_writes(now))
             if not writes:
                 return now, []
-            # One statement shape for every write, so the whole batch is one executemany.
-            result = conn.execute(self._finish_stmt(node_id), [_finish_params(w) for w in writes])
-            if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(writes):
+            # Two statement shapes (with and without new state): each group is one executemany.
+            landed = 0
+            for with_payload in (False, True):
+                group = [w for w in writes if isinstance(w.payload, _Unset) != with_payload]
+                if group:
+                    landed += conn.execute(
+                        self._finish_stmt(node_id, with_payload),
+                        [_finish_params(w) for w in group],
+                    ).rowcount
+            if conn.dialect.supports_sane_multi_rowcount and landed == len(writes):
                 stale = []
             else:
                 stale = self._stale(conn, writes)
@@ -304,9 +325,9 @@ class Store:
                 self.dialect.notify(conn, self.channel, "")
         return now, stale
 
-    def _finish_stmt(self, node_id: str) -> sa.Update:
+    def _finish_stmt(self, node_id: str, with_payload: bool) -> sa.Update:
         t, b = self.table, sa.bindparam
-        return (
+        stmt = (
             sa.update(t)
             .where(t.c.id == b("w_id"), t.c.total_attempt == b("w_token"),
                    t.c.locked_by == node_id)
@@ -321,22 +342,22 @@ class Store:
                 # A success keeps the last failure's text; a failure replaces it.
                 last_error=sa.func.coalesce(b("w_error", type_=t.c.last_error.type),
                                             t.c.last_error),
-                payload=sa.case(
-                    (b("w_set_payload", type_=sa.Integer()) == 1,
-                     b("w_payload", type_=t.c.payload.type)),
-                    else_=t.c.payload,
-                ),
             )
         )
+        if with_payload:
+            stmt = stmt.values(payload=b("w_payload", type_=t.c.payload.type))
+        return stmt
 
     def _stale(self, conn: Connection, writes: Sequence[FinishWrite]) -> list[FinishWrite]:
         """Which writes of a batch did not land: their row does not carry what they wrote."""
         t = self.table
+        ids = [w.id for w in writes]
         rows = {
             r.id: r
+            for start in range(0, len(ids), _CHUNK)
             for r in conn.execute(
                 sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.last_finished_at).where(
-                    t.c.id.in_([w.id for w in writes])
+                    t.c.id.in_(ids[start : start + _CHUNK])
                 )
             )
         }
@@ -481,8 +502,7 @@ class Store:
 
 
 def _finish_params(write: FinishWrite) -> dict[str, Any]:
-    keep = isinstance(write.payload, _Unset)
-    return {
+    params = {
         "w_id": write.id,
         "w_token": write.token,
         "w_next": write.next_at,
@@ -491,9 +511,10 @@ def _finish_params(write: FinishWrite) -> dict[str, Any]:
         "w_finished": write.finished_at,
         "w_success": 1 if write.status == "success" else 0,
         "w_error": write.error,
-        "w_set_payload": 0 if keep else 1,
-        "w_payload": None if keep else write.payload,
     }
+    if not isinstance(write.payload, _Unset):
+        params["w_payload"] = write.payload
+    return params
 
 
 def validate_name(name: object) -> str:
@@ -502,9 +523,12 @@ def validate_name(name: object) -> str:
         raise ValueError(f"task name must be a string, got {type(name).__name__}")
     if not name.strip():
         raise ValueError("task name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
+    # SQL Server's NVARCHAR counts UTF-16 code units: an emoji takes two.
+    units = len(name.encode("utf-16-le")) // 2
+    if units > MAX_NAME_LENGTH:
         raise ValueError(
-            f"task name {name[:40]!r}… is {len(name)} characters; the limit is {MAX_NAME_LENGTH}"
+            f"task name {name[:40]!r}… is {len(name)} characters ({units} UTF-16 units); "
+            f"the limit is {MAX_NAME_LENGTH}"
         )
     return name
 

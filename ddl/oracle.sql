@@ -39,3 +39,7 @@ INSERT INTO scheduled_tasks_version (version_num) VALUES ('dbscheduler_0001')
 
 /
 
+COMMIT
+
+/
+

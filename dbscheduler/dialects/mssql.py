@@ -1,31 +1,71 @@
-"""SQL Server ≥ 2017 (pyodbc): locking hints ``UPDLOCK, READPAST, ROWLOCK`` skip rows others hold.
+"""SQL Server ≥ 2017 (pyodbc): the pick is one ``UPDATE`` of a locked CTE with ``OUTPUT``.
 
 Timestamps are ``DATETIME2(6)`` holding UTC, compared against ``SYSUTCDATETIME()``.
+
+The pick (DESIGN §3.2) is the classic SQL Server queue statement::
+
+    WITH dbscheduler_due AS (
+        SELECT TOP n * FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+        WHERE <filter> AND next_process_at <= SYSUTCDATETIME() ORDER BY next_process_at)
+    UPDATE dbscheduler_due SET attempt = dbscheduler_due.attempt + 1, …
+    OUTPUT inserted.*, deleted.locked_by AS prev_locked_by, …
+
+``UPDLOCK`` takes update locks that two pickers cannot both hold, ``READPAST`` skips rows
+another picker holds instead of waiting for them, ``ROWLOCK`` keeps our locks at row level so
+other pickers skip just the rows taken (not whole pages), and ``READCOMMITTEDLOCK`` keeps the
+read a locking read where the database has ``READ_COMMITTED_SNAPSHOT`` on (the Azure SQL
+default): the documented condition for ``READPAST`` there. ``OUTPUT deleted.…`` returns the
+values before the update, which is how the engine learns that a row belonged to a vanished
+node.
+
+SQL Server holds the update lock on every due row the plan *read*, not only the ``TOP n`` it
+took: with a scan and sort (small tables) a concurrent picker may get fewer rows for the
+moment, never the same ones.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
-from .base import Dialect, db_now, db_now_plus
+from .base import Dialect, PickedRow, db_now, db_now_plus
+
+PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
+"""Table hints of the pick's locking read (see the module docstring)."""
+
+INSERT_GUARD_HINTS = "WITH (UPDLOCK, HOLDLOCK)"
+"""Hints of the registration's existence probe: ``HOLDLOCK`` (serializable) keeps a key-range
+lock on the absent name until commit, ``UPDLOCK`` makes two probes of the same range queue up
+instead of deadlocking; the same protection as ``MERGE … WITH (HOLDLOCK)``."""
+
+IN_LIST_LIMIT = 1000
+"""Longest name list sent as plain ``IN (?, …)``; SQL Server allows 2,100 parameters per
+statement, so longer lists travel as one JSON text instead."""
+
+_PREVIOUS = ("locked_by", "next_process_at", "last_started_at")
+"""Columns whose values before the pick are returned as ``prev_<name>``."""
 
 
 @compiles(db_now, "mssql")
 def _now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    # SYSUTCDATETIME() is DATETIME2(7) in UTC and a runtime constant, evaluated when the
+    # statement starts; storing it in DATETIME2(6) rounds it to the microsecond.
     return "SYSUTCDATETIME()"
 
 
 @compiles(db_now_plus, "mssql")
 def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
-    # DATEADD takes an int: whole seconds and the microsecond rest separately, so leases of
-    # more than 35 minutes do not overflow a microsecond count.
+    # DATEADD takes an INT: add whole seconds and the microsecond rest separately, so a lease
+    # longer than 35 minutes (2**31 microseconds) cannot overflow. The one bound parameter is
+    # rendered three times; SQLAlchemy sends its value for each placeholder.
     (seconds,) = element.clauses
     s = compiler.process(seconds, **kw)
     whole = f"CAST(FLOOR({s}) AS INT)"
@@ -36,9 +76,115 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 class MSSQLDialect(Dialect):
     name = "mssql"
 
+    # -- registration --------------------------------------------------------------------
+    def insert_if_absent(
+        self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
+    ) -> None:
+        """``INSERT … SELECT … WHERE NOT EXISTS (… WITH (UPDLOCK, HOLDLOCK))``.
+
+        Racing nodes serialise on the key-range lock of the probe: the second one waits for
+        the first to commit, then finds the row and inserts nothing. The savepoint is a second
+        line of defence (a duplicate that slips through is not an error); any other integrity
+        error is re-raised.
+        """
+        savepoint = conn.begin_nested()
+        try:
+            conn.execute(insert_if_absent_statement(table, values, INSERT_GUARD_HINTS))
+        except sa.exc.IntegrityError:
+            savepoint.rollback()
+            if not _name_exists(conn, table, values["queue_name"]):
+                raise
+        else:
+            savepoint.commit()
+
+    # -- filters -------------------------------------------------------------------------
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
-        # SQL Server allows 2,100 parameters per statement: ship the names as one JSON text.
+        names = list(names)
+        if len(names) <= IN_LIST_LIMIT:
+            return column.in_(names)
+        # One NVARCHAR(max) parameter, split by OPENJSON (needs database compatibility level
+        # ≥ 130, the default of every database created on SQL Server 2016 or later). The
+        # values are given the column's binary collation so the comparison stays exact.
         values = sa.text(
             "SELECT value COLLATE Latin1_General_100_BIN2 AS value FROM OPENJSON(:names)"
-        ).bindparams(sa.bindparam("names", json.dumps(list(names)), type_=sa.UnicodeText()))
+        ).bindparams(sa.bindparam("names", json.dumps(names), type_=sa.UnicodeText()))
         return column.in_(values.columns(sa.column("value", sa.Unicode())))
+
+    # -- the pick ------------------------------------------------------------------------
+    def pick(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        *,
+        where: ColumnElement[bool],
+        limit: int,
+        lease: timedelta,
+        node_id: str,
+    ) -> list[PickedRow]:
+        stmt = pick_statement(table, where, limit, lease, node_id)
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def pick_statement(
+    table: sa.Table, where: ColumnElement[bool], limit: int, lease: timedelta, node_id: str
+) -> sa.Update:
+    """The one-statement pick (module docstring); every value is a bound parameter.
+
+    ``TOP`` is rendered by SQLAlchemy from the Python ``int`` ``limit`` (it inlines ``TOP``
+    on SQL Server), never from user text.
+    """
+    t = table
+    due = (
+        sa.select(t)
+        .with_hint(t, PICK_HINTS, "mssql")
+        .where(where, t.c.next_process_at <= db_now())
+        .order_by(t.c.next_process_at)
+        .limit(int(limit))
+        .cte("dbscheduler_due")
+    )
+    # `deleted` is SQL Server's pseudo-table of the rows as they were before this UPDATE.
+    previous = [
+        sa.literal_column(f"deleted.{name}", t.c[name].type).label(f"prev_{name}")
+        for name in _PREVIOUS
+    ]
+    return (
+        sa.update(due)
+        .values(
+            attempt=due.c.attempt + 1,
+            total_attempt=due.c.total_attempt + 1,
+            next_process_at=db_now_plus(lease.total_seconds()),
+            locked_by=node_id,
+            heartbeat_at=db_now(),
+            last_started_at=db_now(),
+            stop_requested=False,
+        )
+        .returning(*due.c, *previous)
+    )
+
+
+def insert_if_absent_statement(
+    table: sa.Table, values: Mapping[str, Any], guard_hints: str | None = None
+) -> sa.Insert:
+    """``INSERT INTO t (…) SELECT :v, … WHERE NOT EXISTS (SELECT * FROM t WHERE name = :name)``.
+
+    Shared with Oracle (which renders ``FROM DUAL`` and takes no hints). ``None`` values are
+    left out: the columns default to ``NULL``, and an untyped ``NULL`` parameter in a select
+    list is something drivers describe differently.
+    """
+    present = {k: v for k, v in values.items() if v is not None}
+    binds = {
+        name: sa.bindparam(f"v_{name}", value, type_=table.c[name].type)
+        for name, value in present.items()
+    }
+    existing = table.alias("existing")
+    probe = sa.select(existing.c.id).where(existing.c.queue_name == binds["queue_name"])
+    if guard_hints is not None:
+        probe = probe.with_hint(existing, guard_hints, "mssql")
+    return sa.insert(table).from_select(
+        list(binds), sa.select(*binds.values()).where(~probe.exists())
+    )
+
+
+def _name_exists(conn: Connection, table: sa.Table, name: str) -> bool:
+    found = conn.execute(sa.select(table.c.id).where(table.c.queue_name == name)).first()
+    return found is not None

@@ -1,0 +1,764 @@
+"""Every statement dbscheduler sends to SQL Server and Oracle, checked without a server.
+
+No SQL Server or Oracle server runs where these tests run, so they drive the real
+:class:`~dbscheduler.store.Store` and dialects through a real SQLAlchemy engine whose DBAPI
+connection is a recorder (:class:`FakeDB`): SQLAlchemy compiles, binds, calls
+``setinputsizes`` and processes results exactly as it would with pyodbc / python-oracledb,
+and the recorder keeps what reached the "driver" and answers with canned rows shaped like the
+driver's (naive datetimes, as both drivers return them).
+
+What this proves: the SQL text has the clauses the pick and the guarantees depend on, values
+travel as bound parameters, parameters have the types the drivers need, and result rows are
+turned into what the engine expects. What it cannot prove: that the server accepts the text
+and locks as documented; that is ``tests/conformance/test_extra_backends.py`` against a real
+server (testcontainers or ``DBSCHEDULER_TEST_MSSQL_URL`` / ``DBSCHEDULER_TEST_ORACLE_URL``).
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import oracledb
+import pytest
+import sqlalchemy as sa
+
+from dbscheduler.dialects import dialect_for
+from dbscheduler.dialects.base import db_now, db_now_plus
+from dbscheduler.dialects.mssql import IN_LIST_LIMIT as MSSQL_IN_LIST_LIMIT
+from dbscheduler.dialects.oracle import IN_LIST_LIMIT as ORACLE_IN_LIST_LIMIT
+from dbscheduler.migrate import offline_sql
+from dbscheduler.store import FinishWrite, Registration, Store
+from dbscheduler.table import COLUMNS, make_table
+
+pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = "scheduled_tasks"
+NODE = "node-Ab9"
+OTHER_NODE = "node-Zz1"
+NAMES = ("nightly-Report", "cleanup")
+# A date no statement could contain by accident: if it appears in SQL text, a value was inlined.
+NOW = datetime(2031, 7, 14, 12, 30, 45, 123456)
+"""The database clock in the canned replies, naive UTC as both drivers return it."""
+LEASE = timedelta(seconds=30.25)
+PREV = ("prev_locked_by", "prev_next_process_at", "prev_last_started_at")
+TIMESTAMPS = ("created_at", "next_process_at", "heartbeat_at", "last_started_at",
+              "last_finished_at")
+
+
+# -- a DBAPI that records -------------------------------------------------------------------
+@dataclass
+class Reply:
+    """What the fake driver answers: a result set (``columns`` + ``rows``) and a rowcount."""
+
+    columns: Sequence[str] = ()
+    rows: Sequence[Sequence[Any]] = ()
+    rowcount: int = 1
+    error: BaseException | None = None
+
+
+@dataclass
+class Call:
+    """One statement as it reached the driver."""
+
+    sql: str
+    params: Any
+    inputsizes: dict[str, Any] | list[Any] | None
+    arraysize: int
+    prefetchrows: int
+    fetched: int = 0
+
+
+@dataclass
+class FakeDB:
+    """Shared state of the fake connections: the calls made and the rules that answer them."""
+
+    calls: list[Call] = field(default_factory=list)
+    rules: list[tuple[re.Pattern[str], Reply | Callable[[Call], Reply]]] = field(
+        default_factory=list
+    )
+
+    def on(self, pattern: str, reply: Reply | Callable[[Call], Reply]) -> None:
+        """Answer statements matching ``pattern`` (newest rule first)."""
+        self.rules.insert(0, (re.compile(pattern, re.S | re.I), reply))
+
+    def respond(self, call: Call) -> Reply:
+        for pattern, reply in self.rules:
+            if pattern.search(call.sql):
+                return reply(call) if callable(reply) else reply
+        return Reply()
+
+    def connect(self) -> FakeConnection:
+        return FakeConnection(self)
+
+    def sql(self) -> list[str]:
+        return [c.sql for c in self.calls]
+
+    def find(self, pattern: str) -> list[Call]:
+        return [c for c in self.calls if re.search(pattern, c.sql, re.S | re.I)]
+
+    def one(self, pattern: str) -> Call:
+        found = self.find(pattern)
+        assert len(found) == 1, (pattern, self.sql())
+        return found[0]
+
+
+class FakeCursor:
+    def __init__(self, db: FakeDB) -> None:
+        self.db = db
+        self.description: list[tuple[Any, ...]] | None = None
+        self.rowcount = -1
+        self.arraysize = 100  # python-oracledb's defaults
+        self.prefetchrows = 2
+        self._rows: list[Sequence[Any]] = []
+        self._inputsizes: dict[str, Any] | list[Any] | None = None
+        self._call: Call | None = None
+
+    def setinputsizes(self, *args: Any, **kwargs: Any) -> None:
+        # python-oracledb: by name; pyodbc: one positional list
+        self._inputsizes = dict(kwargs) if kwargs else list(args[0] if args else ())
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        call = Call(sql, params, self._inputsizes, self.arraysize, self.prefetchrows)
+        self._inputsizes = None
+        self.db.calls.append(call)
+        self._call = call
+        reply = self.db.respond(call)
+        if reply.error is not None:
+            raise reply.error
+        self.description = [(c, None, None, None, None, None, None) for c in reply.columns] or None
+        self._rows = list(reply.rows)
+        self.rowcount = reply.rowcount
+
+    def executemany(self, sql: str, seq_of_params: Sequence[Any]) -> None:
+        # One recorded call for the batch; the reply's rowcount counts per parameter set.
+        params = list(seq_of_params)
+        call = Call(sql, params, self._inputsizes, self.arraysize, self.prefetchrows)
+        self._inputsizes = None
+        self.db.calls.append(call)
+        reply = self.db.respond(call)
+        if reply.error is not None:
+            raise reply.error
+        self.description = None
+        self._rows = []
+        self.rowcount = reply.rowcount * len(params)
+
+    def _take(self, n: int) -> list[Sequence[Any]]:
+        out, self._rows = self._rows[:n], self._rows[n:]
+        if self._call is not None:
+            self._call.fetched += len(out)
+        return out
+
+    def fetchone(self) -> Sequence[Any] | None:
+        rows = self._take(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int | None = None) -> list[Sequence[Any]]:
+        return self._take(size or self.arraysize)
+
+    def fetchall(self) -> list[Sequence[Any]]:
+        return self._take(len(self._rows))
+
+    def nextset(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._rows = []
+
+    def __enter__(self) -> FakeCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeConnection:
+    def __init__(self, db: FakeDB) -> None:
+        self.db = db
+        self.outputtypehandler: Any = None
+
+    def cursor(self) -> FakeCursor:
+        return FakeCursor(self.db)
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def add_output_converter(self, *args: Any) -> None:  # pyodbc
+        pass
+
+
+def _fake_pyodbc() -> types.ModuleType:
+    """Enough of pyodbc for SQLAlchemy's mssql+pyodbc dialect (pyodbc itself needs libodbc)."""
+    mod = types.ModuleType("pyodbc")
+    error = type("Error", (Exception,), {})
+    database_error = type("DatabaseError", (error,), {})
+    errors: dict[str, Any] = {"Error": error, "DatabaseError": database_error}
+    errors["Warning"] = type("Warning", (Exception,), {})
+    errors["InterfaceError"] = type("InterfaceError", (error,), {})
+    for name in ("DataError", "OperationalError", "IntegrityError", "InternalError",
+                 "ProgrammingError", "NotSupportedError"):
+        errors[name] = type(name, (database_error,), {})
+    mod.__dict__.update(errors)
+    mod.__dict__.update(
+        paramstyle="qmark", version="5.2.0", apilevel="2.0", threadsafety=1,
+        Binary=bytes, BinaryNull=None, SQL_VARCHAR=12, SQL_WVARCHAR=-9, SQL_DBMS_VER=18,
+        # pyodbc's DB-API type objects are these Python types.
+        STRING=str, BINARY=bytearray, NUMBER=float, DATETIME=datetime, ROWID=int,
+        Cursor=type("Cursor", (), {"nextset": lambda self: False}),
+    )
+    return mod
+
+
+FAKE_PYODBC = _fake_pyodbc()
+
+
+def _engine(backend: str, db: FakeDB, oracle_version: int = 19) -> sa.Engine:
+    """A real engine of ``backend`` on the recorder, initialised as the named server version."""
+    if backend == "mssql":
+        engine = sa.create_engine("mssql+pyodbc://", module=FAKE_PYODBC, creator=db.connect)
+        d: Any = engine.dialect
+
+        def init_mssql(connection: Any) -> None:
+            d.server_version_info = (16, 0, 1000)  # SQL Server 2022
+            d.default_schema_name = "dbo"
+            d.default_isolation_level = "READ COMMITTED"
+            d._setup_version_attributes()
+            d._supports_nvarchar_max = True
+
+        d.initialize = init_mssql
+    else:
+        engine = sa.create_engine("oracle+oracledb://", creator=db.connect)
+        d = engine.dialect
+
+        def init_oracle(connection: Any) -> None:
+            # What OracleDialect.initialize derives from the server version.
+            d.server_version_info = (oracle_version, 0, 0, 0, 0)
+            d.default_schema_name = "system"
+            d.default_isolation_level = "READ COMMITTED"
+            d._supports_oracle_json = oracle_version >= 21
+            d.supports_native_boolean = oracle_version >= 23
+            d.supports_identity_columns = True
+            d._supports_offset_fetch = True
+
+        d.initialize = init_oracle
+    return engine
+
+
+@dataclass
+class Rig:
+    backend: str
+    db: FakeDB
+    engine: sa.Engine
+    store: Store
+
+
+def _rig(backend: str, oracle_version: int = 19) -> Rig:
+    db = FakeDB()
+    engine = _engine(backend, db, oracle_version)
+    store = Store(engine, TABLE)
+    store.dialect.configure_engine(engine)  # as Scheduler does
+    _default_replies(db, backend)
+    return Rig(backend, db, engine, store)
+
+
+@pytest.fixture(params=["mssql", "oracle"])
+def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    r = _rig(str(request.param))
+    yield r
+    r.engine.dispose()
+
+
+@pytest.fixture
+def mssql() -> Iterator[Rig]:
+    r = _rig("mssql")
+    yield r
+    r.engine.dispose()
+
+
+@pytest.fixture(params=[19, 23], ids=["oracle19", "oracle23"])
+def oracle(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    r = _rig("oracle", int(request.param))
+    yield r
+    r.engine.dispose()
+
+
+# -- canned rows ----------------------------------------------------------------------------
+def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
+    """A full table row in column order, as the driver returns it (naive UTC timestamps)."""
+    base: dict[str, Any] = {
+        "id": 7, "queue_name": name, "payload": '{"n": 1}', "created_at": NOW,
+        "next_process_at": NOW, "attempt": 0, "reenqueue_attempt": 4, "total_attempt": 11,
+        "paused": 0, "locked_by": None, "heartbeat_at": None, "last_started_at": None,
+        "last_finished_at": None, "last_status": None, "last_error": None,
+        "schedule": "FixedRate(3600)", "stop_requested": 0,
+    }
+    base.update(values)
+    return tuple(base[c] for c in COLUMNS)
+
+
+def _default_replies(db: FakeDB, backend: str) -> None:
+    now_sql = r"SYSUTCDATETIME\(\)" if backend == "mssql" else r"FROM_TZ\("
+    db.on(rf"^SELECT {now_sql}.* AS db_now_1( FROM DUAL)?$", Reply(["db_now_1"], [(NOW,)]))
+    db.on(r"AS next_due", Reply(["now", "next_due", "n", "max_id"], [(NOW, NOW, 2, 8)]))
+    db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
+        ["queue_name", "id"], [(NAMES[0], 7), (NAMES[1], 8)]))
+    db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.stop_requested",
+          Reply(["id", "total_attempt", "locked_by", "stop_requested"],
+                [(7, 12, NODE, 0), (8, 4, OTHER_NODE, 0)]))
+    db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.last_finished_at",
+          Reply(["id", "total_attempt", "locked_by", "last_finished_at"], []))
+    if backend == "mssql":
+        db.on(r"^WITH dbscheduler_due AS", Reply([*COLUMNS, *PREV], [
+            (*row(attempt=1, total_attempt=12, locked_by=NODE), None, NOW, None)]))
+    else:
+        db.on(r"FOR UPDATE SKIP LOCKED$", Reply([*COLUMNS, "db_now"], [(*row(), NOW)]))
+
+
+def _workout(r: Rig) -> None:
+    """Every Store method the engine and the operations call, once."""
+    s = r.store
+    s.register([Registration(n, "FixedRate(3600)", lambda now: now + timedelta(hours=1))
+                for n in NAMES])
+    s.poll(NAMES)
+    s.pick(NODE, 4, LEASE, NAMES)
+    s.heartbeat(NODE, LEASE, {7: 12, 8: 3})
+    s.finish(NODE, lambda now: [
+        FinishWrite(7, 12, "success", now + timedelta(hours=1), 0, now, payload='{"n": 2}'),
+        FinishWrite(8, 3, "error", now + timedelta(seconds=10), 1, now, error="boom"),
+    ])
+    s.record_lost(NODE, 7, 12, 2, "node vanished")
+    s.release(NODE, {7: 12})
+    r.db.on(r"WHERE \S+\.queue_name = \S+$", Reply(list(COLUMNS), [row()]))
+    s.trigger(NAMES[0])
+    s.reschedule(NAMES[0], datetime(2032, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))))
+    s.set_paused(NAMES[0], True)
+    s.set_paused(NAMES[0], False)
+    s.cancel(NAMES[0])
+    s.delete(NAMES[0])
+    s.info(NAMES[0])
+    r.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(), row(NAMES[1], id=8)]))
+    s.tasks()
+    s.db_now()
+
+
+def _executed(db: FakeDB) -> list[Call]:
+    """Statements, without the transaction control SQLAlchemy adds around them."""
+    control = re.compile(r"^(SAVEPOINT|SAVE TRANSACTION|ROLLBACK|RELEASE)", re.I)
+    return [c for c in db.calls if not control.match(c.sql)]
+
+
+def _param_values(call: Call) -> list[Any]:
+    """Every value sent with the call (all parameter sets of an executemany)."""
+    params = call.params
+    sets = params if isinstance(params, list) else [params]
+    values: list[Any] = []
+    for one in sets:
+        values.extend(one.values() if isinstance(one, dict) else (one or ()))
+    return values
+
+
+# -- every statement, both dialects ---------------------------------------------------------
+def test_every_statement_binds_its_values(rig: Rig) -> None:
+    _workout(rig)
+    calls = _executed(rig.db)
+    assert len(calls) > 20
+    for call in calls:
+        text = call.sql
+        for literal in (*NAMES, NODE, "2031", "2032", "boom", "FixedRate", "node vanished",
+                        '"n"', "30.25"):
+            assert literal not in text, f"{literal!r} was written into the SQL: {text}"
+    # ... and the values did reach the driver, as parameters.
+    sent = [v for call in calls for v in _param_values(call)]
+    for value in (*NAMES, NODE, "boom", "node vanished", '{"n": 2}', 30.25):
+        assert value in sent, value
+
+
+def test_no_syntax_of_other_databases(rig: Rig) -> None:
+    _workout(rig)
+    for text in rig.db.sql():
+        assert not re.search(r"\bLIMIT\b|\bOFFSET\b|\bFETCH FIRST\b|\bFETCH NEXT\b", text), text
+        assert not re.search(r"\bIF (NOT )?EXISTS\b|\bON CONFLICT\b|\bON DUPLICATE\b", text), text
+        # Flags are compared with parameters, never a boolean literal (no BOOLEAN on Oracle < 23,
+        # and SQL Server has no TRUE/FALSE at all).
+        assert not re.search(r"\b(true|false)\b", text, re.I), text
+        if rig.backend == "mssql":
+            assert not re.search(r"\bRETURNING\b|\bFOR UPDATE\b|\bDUAL\b", text), text
+        else:
+            assert not re.search(r"\bOUTPUT\b|\bTOP\b|WITH \(", text), text
+
+
+def test_flags_reach_the_driver_as_numbers(rig: Rig) -> None:
+    # SQL Server BIT and Oracle INTEGER both take 0/1; neither has a boolean literal to compare.
+    _workout(rig)
+    paused = rig.db.find(r"^UPDATE \S+ SET paused=")
+    values = [_param_values(c)[0] for c in paused]
+    assert values == [1, 0] and all(type(v) is int for v in values)
+    picked = rig.db.find(r"paused = [?:]")
+    assert picked and all(0 in _param_values(c) for c in picked)
+
+
+def test_results_come_back_as_aware_utc_datetimes_and_booleans(rig: Rig) -> None:
+    _workout(rig)
+    rig.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(paused=1, heartbeat_at=NOW)]))
+    (info,) = rig.store.tasks()
+    assert info.created_at == NOW.replace(tzinfo=timezone.utc)
+    assert info.heartbeat_at is not None and info.heartbeat_at.utcoffset() == timedelta(0)
+    assert info.paused is True and info.stop_requested is False
+    assert rig.store.db_now() == NOW.replace(tzinfo=timezone.utc)
+
+
+# -- the clock ------------------------------------------------------------------------------
+def _compile(engine: sa.Engine, stmt: sa.ClauseElement) -> Any:
+    with engine.connect():  # runs the (patched) initialize, as a real first connect does
+        pass
+    return stmt.compile(dialect=engine.dialect)
+
+
+def test_mssql_clock_is_sysutcdatetime_with_a_bound_lease(mssql: Rig) -> None:
+    t = mssql.store.table
+    assert str(_compile(mssql.engine, sa.select(db_now()))) == "SELECT SYSUTCDATETIME() AS db_now_1"
+    compiled = _compile(mssql.engine, sa.update(t).values(next_process_at=db_now_plus(2400.5)))
+    sql = str(compiled)
+    assert "DATEADD(second, CAST(FLOOR(?) AS INT), SYSUTCDATETIME())" in sql
+    assert "DATEADD(microsecond, CAST(ROUND((? - FLOOR(?)) * 1000000, 0) AS INT)" in sql
+    assert "2400" not in sql
+    # One parameter rendered three times: the driver gets its value at every placeholder.
+    assert compiled.positiontup == ["param_1"] * 3
+    assert compiled.params == {"param_1": 2400.5}
+
+
+def test_oracle_clock_is_utc_at_a_numeric_offset(oracle: Rig) -> None:
+    compiled = _compile(oracle.engine, sa.select(db_now_plus(30)))
+    sql = str(compiled)
+    assert "FROM_TZ(CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS TIMESTAMP), '+00:00')" in sql
+    assert "NUMTODSINTERVAL(:param_1, 'SECOND')" in sql and sql.endswith("FROM DUAL")
+    # A named region ('UTC') would be stored with the value and is unreadable in thin mode
+    # (DPY-3022); session-dependent clocks would depend on the node's time zone.
+    assert "'UTC'" not in sql
+    assert not re.search(r"CURRENT_TIMESTAMP|LOCALTIMESTAMP|SYSDATE\b|SESSIONTIMEZONE", sql)
+
+
+def test_oracle_binds_every_timestamp_as_timestamp_with_time_zone(oracle: Rig) -> None:
+    _workout(oracle)
+    tstz = oracledb.DB_TYPE_TIMESTAMP_TZ
+    seen = 0
+    for call in _executed(oracle.db):
+        params = call.params if isinstance(call.params, dict) else {}
+        sizes = call.inputsizes if isinstance(call.inputsizes, dict) else {}
+        for key, value in params.items():
+            if isinstance(value, datetime):
+                seen += 1
+                assert value.utcoffset() == timedelta(0), (key, value)
+                assert sizes.get(key) == tstz, (
+                    f"{key} of {call.sql!r} is bound as {sizes.get(key)}, "
+                    "not TIMESTAMP WITH TIME ZONE"
+                )
+    # registration (created_at, first run, the CASE of a changed schedule), finish (2 × 2),
+    # the portable pick's lease and start, reschedule
+    assert seen >= 10
+
+
+def test_oracle_engine_set_up_is_idempotent_and_needed(oracle: Rig) -> None:
+    oracle.store.dialect.configure_engine(oracle.engine)  # a second Scheduler on one engine
+    _workout(oracle)
+    # Finishes come in two statement shapes (with and without new state): check both.
+    finishes = oracle.db.find(r"^UPDATE \S+ SET .*\bnext_process_at=:(\w+).*last_finished_at=")
+    assert len(finishes) == 2
+    for finish in finishes:
+        key = re.search(r"\bnext_process_at=:(\w+)", finish.sql)
+        assert key is not None and isinstance(finish.inputsizes, dict)
+        assert finish.inputsizes[key.group(1)] == oracledb.DB_TYPE_TIMESTAMP_TZ
+    # Without it, the driver would send a TIMESTAMP that the server places in the session's
+    # (the node's local) time zone.
+    bare = FakeDB()
+    engine = _engine("oracle", bare)
+    _default_replies(bare, "oracle")
+    Store(engine, TABLE).reschedule(NAMES[0], datetime(2032, 1, 2, tzinfo=timezone.utc))
+    call = bare.one(r"^UPDATE \S+ SET next_process_at=")
+    assert isinstance(call.inputsizes, dict)
+    assert call.inputsizes["next_process_at"] == oracledb.DB_TYPE_TIMESTAMP
+
+
+def test_oracle_binds_the_clob_payload_as_a_clob(oracle: Rig) -> None:
+    # SQLAlchemy would send NVARCHAR, which Oracle refuses next to the CLOB column in a CASE
+    # (ORA-00932) and which becomes a LONG (usable in no expression) beyond 32,767 bytes.
+    _workout(oracle)
+    writes = [c for c in oracle.db.find(r"\bpayload=") if isinstance(c.inputsizes, dict)]
+    assert writes
+    for call in writes:
+        assert isinstance(call.inputsizes, dict)
+        key = re.search(r"\bpayload=(?:CASE .*? THEN )?:(\w+)", call.sql)
+        assert key is not None, call.sql
+        assert call.inputsizes[key.group(1)] == oracledb.DB_TYPE_CLOB, call.sql
+
+
+def test_oracle_reschedule_stores_the_instant_in_utc(oracle: Rig) -> None:
+    _workout(oracle)
+    call = oracle.db.one(
+        r"^UPDATE \S+ SET next_process_at=:next_process_at, attempt=:attempt WHERE")
+    (at,) = [v for v in call.params.values() if isinstance(v, datetime) and v.year == 2032]
+    assert at == datetime(2032, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
+
+
+def test_mssql_timestamps_are_bound_as_naive_utc(mssql: Rig) -> None:
+    _workout(mssql)
+    call = mssql.db.one(r"^UPDATE \S+ SET next_process_at=\?, attempt=\? WHERE")
+    assert datetime(2032, 1, 2, 1, 4, 5) in _param_values(call)  # DATETIME2 holds UTC
+
+
+# -- registration ---------------------------------------------------------------------------
+def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
+    _workout(mssql)
+    inserts = mssql.db.find(r"^INSERT INTO")
+    assert len(inserts) == len(NAMES)
+    sql = inserts[0].sql
+    assert re.search(
+        r"^INSERT INTO scheduled_tasks \(queue_name, created_at, next_process_at, attempt, "
+        r"reenqueue_attempt, total_attempt, paused, schedule, stop_requested\) "
+        r"SELECT \?( AS \w+)?(, \?( AS \w+)?){8}\s+WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
+        r"FROM scheduled_tasks AS existing WITH \(UPDLOCK, HOLDLOCK\)\s+"
+        r"WHERE existing\.queue_name = \?\)\)$", sql), sql
+    assert "scope_identity" not in sql.lower()  # nothing to fetch: INSERT … SELECT is inline
+    values = _param_values(inserts[0])
+    assert values[0] == values[-1] == min(NAMES)  # registration goes in name order
+    # The insert is wrapped in a savepoint, the schedule update follows.
+    assert any(s.startswith("SAVE TRANSACTION") for s in mssql.db.sql())
+    case = mssql.db.find(r"^UPDATE \S+ SET next_process_at=CASE WHEN \(\S+\.locked_by IS NULL\)")
+    assert len(case) == len(NAMES)
+
+
+def test_oracle_registration_inserts_from_dual_where_absent(oracle: Rig) -> None:
+    _workout(oracle)
+    sql = oracle.db.find(r"^INSERT INTO")[0].sql
+    assert re.search(r"SELECT :v_queue_name AS \w+, .* FROM DUAL\s+WHERE NOT \(EXISTS \("
+                     r"SELECT existing\.id\s+FROM scheduled_tasks existing\s+"
+                     r"WHERE existing\.queue_name = :v_queue_name\)\)$", sql, re.S), sql
+    assert "RETURNING" not in sql and "MERGE" not in sql
+    # Oracle cannot parse an AS between a table and its alias, nor SQL Server hints.
+    assert " AS existing" not in sql and "HOLDLOCK" not in sql
+
+
+def _duplicate_error(backend: str) -> BaseException:
+    if backend == "mssql":
+        err: type[BaseException] = FAKE_PYODBC.IntegrityError
+        return err("23000", "Violation of UNIQUE KEY constraint 'scheduled_tasks_uq'. (2627)")
+    return oracledb.IntegrityError("ORA-00001: unique constraint (SYSTEM.SCHEDULED_TASKS_UQ) "
+                                   "violated")
+
+
+def test_a_duplicate_key_from_a_racing_node_means_the_row_is_there(rig: Rig) -> None:
+    rig.db.on(r"^INSERT INTO", Reply(error=_duplicate_error(rig.backend)))
+    rig.db.on(r"^SELECT \S+\.id\s+FROM \S+\s+WHERE \S+\.queue_name = \S+$",
+              Reply(["id"], [(7,)]))
+    rig.store.register([Registration(NAMES[0], "FixedRate(3600)", lambda now: now)])
+    sql = rig.db.sql()
+    rollback = "ROLLBACK TRANSACTION" if rig.backend == "mssql" else "ROLLBACK TO SAVEPOINT"
+    assert any(s.startswith(rollback) for s in sql), sql
+    assert rig.db.find(r"^UPDATE \S+ SET next_process_at=CASE"), "the schedule check still ran"
+
+
+def test_another_integrity_error_on_registration_is_not_swallowed(rig: Rig) -> None:
+    rig.db.on(r"^INSERT INTO", Reply(error=_duplicate_error(rig.backend)))
+    rig.db.on(r"^SELECT \S+\.id\s+FROM \S+\s+WHERE \S+\.queue_name = \S+$", Reply(["id"], []))
+    with pytest.raises(sa.exc.IntegrityError):
+        rig.store.register([Registration(NAMES[0], "FixedRate(3600)", lambda now: now)])
+
+
+# -- the pick -------------------------------------------------------------------------------
+def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> None:
+    started = NOW + timedelta(microseconds=5)
+    mssql.db.on(r"^WITH dbscheduler_due AS", Reply(
+        [*COLUMNS, *PREV],
+        [(*row(attempt=1, total_attempt=12, locked_by=NODE, next_process_at=NOW + LEASE,
+               heartbeat_at=started, last_started_at=started),
+          OTHER_NODE, NOW - timedelta(seconds=40), NOW - timedelta(seconds=41))],
+    ))
+    (picked,) = mssql.store.pick(NODE, 5, LEASE, NAMES)
+    call = mssql.db.one(r"^WITH dbscheduler_due AS")
+    sql = " ".join(call.sql.split())
+    assert sql.startswith(
+        "WITH dbscheduler_due AS (SELECT TOP 5 scheduled_tasks.id AS id, "
+        "scheduled_tasks.queue_name AS "
+    ), sql
+    assert ("FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) "
+            "WHERE scheduled_tasks.paused = ? AND scheduled_tasks.next_process_at <= "
+            "SYSUTCDATETIME() ORDER BY scheduled_tasks.next_process_at) "
+            "UPDATE dbscheduler_due SET ") in sql
+    for assignment in ("attempt=(dbscheduler_due.attempt + ?)",
+                       "total_attempt=(dbscheduler_due.total_attempt + ?)",
+                       "next_process_at=DATEADD(microsecond,", "locked_by=?",
+                       "heartbeat_at=SYSUTCDATETIME()", "last_started_at=SYSUTCDATETIME()",
+                       "stop_requested=?"):
+        assert assignment in sql, assignment
+    assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
+    assert sql.endswith(
+        "inserted.stop_requested, deleted.locked_by AS prev_locked_by, deleted.next_process_at "
+        "AS prev_next_process_at, deleted.last_started_at AS prev_last_started_at"
+    ), sql
+    assert NODE in _param_values(call) and 30.25 in _param_values(call)
+    # Result: every column, processed (aware UTC, bool), plus the previous values.
+    assert set(picked) == {*COLUMNS, *PREV}
+    assert picked["locked_by"] == NODE and picked["total_attempt"] == 12
+    assert picked["last_started_at"] == started.replace(tzinfo=timezone.utc)
+    assert picked["prev_locked_by"] == OTHER_NODE
+    assert picked["prev_next_process_at"] == (NOW - timedelta(seconds=40)).replace(
+        tzinfo=timezone.utc)
+    assert picked["paused"] is False
+
+
+def test_mssql_pick_respects_the_name_filter_inside_the_locked_read(mssql: Rig) -> None:
+    # The table holds a name this node does not run: the filter must be in the CTE's WHERE,
+    # so the foreign row is never locked or taken.
+    mssql.db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
+        ["queue_name", "id"], [(NAMES[0], 7), (NAMES[1], 8), ("foreign", 9)]))
+    mssql.store.pick(NODE, 2, LEASE, NAMES)
+    sql = mssql.db.one(r"^WITH dbscheduler_due AS").sql
+    cte = sql[: sql.index("UPDATE dbscheduler_due")]
+    assert "AND (scheduled_tasks.queue_name NOT IN (?)) AND" in cte, cte
+    assert "foreign" in _param_values(mssql.db.one(r"^WITH dbscheduler_due AS"))
+
+
+def test_oracle_pick_locks_by_fetching_no_more_than_it_takes(oracle: Rig) -> None:
+    due = [(*row(f"t{i}", id=i, locked_by=OTHER_NODE if i == 1 else None), NOW)
+           for i in range(1, 8)]
+    oracle.db.on(r"FOR UPDATE SKIP LOCKED$", Reply([*COLUMNS, "db_now"], due))
+    oracle.db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
+        ["queue_name", "id"], [(f"t{i}", i) for i in range(1, 8)]))
+    names = [f"t{i}" for i in range(1, 8)]
+    picked = oracle.store.pick(NODE, 3, LEASE, names)
+    select = oracle.db.one(r"FOR UPDATE SKIP LOCKED$")
+    sql = " ".join(select.sql.split())
+    assert sql.startswith("SELECT scheduled_tasks.id, scheduled_tasks.queue_name, ")
+    assert ("FROM scheduled_tasks WHERE scheduled_tasks.paused = :paused_1 AND "
+            "scheduled_tasks.next_process_at <= FROM_TZ(") in sql
+    assert sql.endswith("ORDER BY scheduled_tasks.next_process_at FOR UPDATE SKIP LOCKED")
+    assert not re.search(r"FETCH|ROWNUM|OFFSET", sql), "Oracle rejects a row limit here"
+    # Oracle locks SKIP LOCKED rows as they are fetched: the driver fetches exactly 3.
+    assert (select.arraysize, select.prefetchrows, select.fetched) == (3, 3, 3)
+    update = oracle.db.one(r"^UPDATE scheduled_tasks SET .* WHERE scheduled_tasks\.id IN")
+    assert re.search(r"WHERE scheduled_tasks\.id IN \(:id_1_1, :id_1_2, :id_1_3\)$",
+                     update.sql), update.sql
+    assert [p["queue_name"] for p in picked] == ["t1", "t2", "t3"]
+    first = picked[0]
+    assert first["prev_locked_by"] == OTHER_NODE and first["locked_by"] == NODE
+    assert first["next_process_at"] == NOW.replace(tzinfo=timezone.utc) + LEASE
+    assert first["last_started_at"] == first["heartbeat_at"] == NOW.replace(tzinfo=timezone.utc)
+    assert first["attempt"] == 1 and first["total_attempt"] == 12
+
+
+def test_oracle_pick_of_a_huge_batch_stays_within_one_in_list(oracle: Rig) -> None:
+    oracle.db.on(r"FOR UPDATE SKIP LOCKED$", Reply(
+        [*COLUMNS, "db_now"], [(*row(NAMES[0], id=i), NOW) for i in range(1, 1500)]))
+    picked = oracle.store.pick(NODE, 5000, LEASE, NAMES)
+    assert len(picked) == ORACLE_IN_LIST_LIMIT
+    assert oracle.db.one(r"FOR UPDATE SKIP LOCKED$").arraysize == ORACLE_IN_LIST_LIMIT
+
+
+# -- name filters ---------------------------------------------------------------------------
+def _where_sql(engine: sa.Engine, clause: sa.ColumnElement[bool]) -> str:
+    t = make_table()
+    with engine.connect():
+        pass
+    return str(
+        sa.select(t.c.id).where(clause).compile(
+            dialect=engine.dialect, compile_kwargs={"render_postcompile": True}
+        )
+    )
+
+
+def test_mssql_long_name_lists_travel_as_one_json_parameter(mssql: Rig) -> None:
+    col = mssql.store.table.c.queue_name
+    names = [f"n{i}" for i in range(MSSQL_IN_LIST_LIMIT + 1)]
+    short = _where_sql(mssql.engine, mssql.store.dialect.names_in(col, names[:-1]))
+    assert short.count("?") == MSSQL_IN_LIST_LIMIT
+    long = _where_sql(mssql.engine, mssql.store.dialect.names_in(col, names))
+    assert long.count("?") == 1
+    assert ("IN (SELECT value COLLATE Latin1_General_100_BIN2 AS value FROM OPENJSON(?))"
+            in long), long
+
+
+def test_oracle_long_name_lists_are_split_below_ora_01795(oracle: Rig) -> None:
+    col = oracle.store.table.c.queue_name
+    names = [f"n{i}" for i in range(2 * ORACLE_IN_LIST_LIMIT + 1)]
+    sql = _where_sql(oracle.engine, oracle.store.dialect.names_in(col, names))
+    lists = re.findall(r"IN \(([^)]*)\)", sql)
+    assert [len(x.split(",")) for x in lists] == [1000, 1000, 1]
+
+
+# -- the DDL --------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["mssql", "oracle"])
+def test_ddl_file_is_the_migrations_offline_sql(backend: str) -> None:
+    assert (ROOT / "ddl" / f"{backend}.sql").read_text() == offline_sql(backend)
+
+
+def _create_table(sql: str) -> str:
+    match = re.search(r"CREATE TABLE scheduled_tasks \((.*?)\n\)", sql, re.S)
+    assert match, sql
+    return match.group(1)
+
+
+def test_mssql_ddl() -> None:
+    sql = offline_sql("mssql")
+    body = _create_table(sql)
+    assert "id BIGINT NOT NULL IDENTITY" in body
+    # Exact, case-sensitive names whatever the database's default collation.
+    assert "queue_name NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL" in body
+    assert "payload NVARCHAR(max) NULL" in body and "NTEXT" not in sql
+    for column in TIMESTAMPS:
+        assert re.search(rf"\b{column} DATETIME2\(6\) (NOT )?NULL", body), column
+    assert "DATETIMEOFFSET" not in sql and re.search(r"\bDATETIME\b", sql) is None
+    for flag in ("paused", "stop_requested"):
+        assert f"{flag} BIT NOT NULL DEFAULT 0" in body
+    assert "PRIMARY KEY (id)" in body
+    assert "CONSTRAINT scheduled_tasks_uq UNIQUE (queue_name)" in body
+    assert "CREATE INDEX scheduled_tasks_next_idx ON scheduled_tasks (next_process_at)" in sql
+    assert "IF EXISTS" not in sql and "IF NOT EXISTS" not in sql
+
+
+def test_oracle_ddl_is_valid_for_oracle_19() -> None:
+    sql = offline_sql("oracle")
+    body = _create_table(sql)
+    assert "id NUMBER(19) GENERATED BY DEFAULT AS IDENTITY" in body  # Oracle ≥ 12c
+    assert "queue_name VARCHAR2(255 CHAR) NOT NULL" in body
+    assert "payload CLOB" in body
+    for column in TIMESTAMPS:
+        assert re.search(rf"\b{column} TIMESTAMP WITH TIME ZONE\b", body), column
+    for flag in ("paused", "stop_requested"):
+        # DEFAULT must precede NOT NULL in Oracle's column syntax.
+        assert f"{flag} INTEGER DEFAULT 0 NOT NULL" in body
+    assert "CONSTRAINT scheduled_tasks_uq UNIQUE (queue_name)" in body
+    assert "CREATE INDEX scheduled_tasks_next_idx ON scheduled_tasks (next_process_at)" in sql
+    # Nothing Oracle 19 lacks or spells differently.
+    for absent in (r"\bBOOLEAN\b", r"\bIF (NOT )?EXISTS\b", r"\bAUTO_INCREMENT\b",
+                   r"\bSERIAL\b", r"\bTEXT\b", r"\bDATETIME", r"\bBIT\b", r"\bNVARCHAR\b",
+                   r"\bBEGIN\b", r";\s*$"):
+        assert not re.search(absent, sql, re.M), absent
+    # Statements end with SQL*Plus's "/" line, and identifiers fit Oracle's 128 bytes.
+    assert sql.count("\n/\n") == 5  # four statements and the COMMIT of the version row
+    for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
+        assert len(ident.encode()) <= 128
+
+
+def test_oracle_identifiers_of_the_longest_table_name_fit() -> None:
+    name = "t" * 63
+    sql = offline_sql("oracle", name)
+    assert f"{name}_next_idx" in sql and f"{name}_version_pkc" in sql
+    assert max(len(i) for i in re.findall(r"\b\w+\b", sql)) <= 128
+
+
+def test_dialect_for_returns_the_completed_dialects() -> None:
+    db = FakeDB()
+    assert type(dialect_for(_engine("mssql", db))).__name__ == "MSSQLDialect"
+    assert type(dialect_for(_engine("oracle", db))).__name__ == "OracleDialect"
