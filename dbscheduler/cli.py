@@ -42,7 +42,6 @@ from rich.text import Text
 from . import __version__
 from .context import TaskInfo
 from .errors import SchedulerError, TaskRunning
-from .migrate import offline_sql, upgrade, version_table_for
 from .scheduler import DEFAULT_URL, Scheduler
 from .store import Store
 from .table import DEFAULT_TABLE, split_table_name
@@ -52,8 +51,9 @@ __all__ = ["OperationFailed", "cli", "humanize", "main"]
 DDL_DIALECTS = ("sqlite", "postgresql", "mysql", "mssql", "oracle")
 """The dialects of the repository's ``ddl/`` files, written by ``ddl --write``."""
 DIALECT_CHOICES = (*DDL_DIALECTS, "mariadb")
-NON_TTY_WIDTH = 160
-"""Table width when stdout is not a terminal and ``$COLUMNS`` is unset (rich would use 80)."""
+NON_TTY_WIDTH = 1000
+"""Line width limit when stdout is not a terminal and ``$COLUMNS`` is unset (rich would use
+80): piped output keeps one task per line, at its natural width, for grep and awk."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STATUS_STYLES = {"success": "green", "error": "red", "lost": "yellow", "cancelled": "magenta"}
 
@@ -245,8 +245,13 @@ def _next_run(info: TaskInfo, now: datetime) -> Text:
 
 
 def _last_run(info: TaskInfo, now: datetime) -> Text:
+    """The ``list`` column: the running execution, else how the last one ended and when."""
     if info.running and info.last_started_at is not None:
         return Text(f"running, started {humanize(info.last_started_at - now)}", style="cyan")
+    return _last_status(info, now)
+
+
+def _last_status(info: TaskInfo, now: datetime) -> Text:
     if info.last_status is None:
         return Text("never ran", style="dim")
     text = Text(info.last_status, style=STATUS_STYLES.get(info.last_status, ""))
@@ -308,7 +313,7 @@ def task_details(info: TaskInfo, now: datetime) -> Table:
         ("status", status),
         (next_label, when(info.next_process_at)),
         ("paused", Text("yes" if info.paused else "no", style="yellow" if info.paused else "")),
-        ("last status", _last_run(info, now) if info.last_status else Text("-")),
+        ("last status", _last_status(info, now)),
         ("last error", Text(info.last_error or "-", style="red" if info.last_error else "")),
         ("last started", when(info.last_started_at)),
         ("last finished", when(info.last_finished_at)),
@@ -353,6 +358,8 @@ def cli(ctx: click.Context, url: str, table: str) -> None:
 @database_options
 def migrate(url: str | None, table: str | None) -> None:
     """Create or upgrade the table (Alembic, with its own version table <table>_version)."""
+    from .migrate import upgrade  # Alembic: imported only by the commands that need it
+
     target = resolve(url, table)
     engine = create_engine(target)
     try:
@@ -374,6 +381,8 @@ def migrate(url: str | None, table: str | None) -> None:
 def _revisions(engine: sa.Engine, table: str) -> tuple[str, ...]:
     """The Alembic revisions recorded in dbscheduler's version table (empty if none)."""
     from alembic.runtime.migration import MigrationContext
+
+    from .migrate import version_table_for
 
     schema, _ = split_table_name(table)
     with engine.connect() as conn:
@@ -397,6 +406,8 @@ def ddl(dialect: str | None, write_dir: Path | None, url: str | None, table: str
 
     `dbscheduler ddl --write ddl` regenerates the repository's ddl/ files.
     """
+    from .migrate import offline_sql
+
     target = resolve(url, table)
     if write_dir is not None:
         write_dir.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from dbscheduler import (
 )
 from dbscheduler.store import Registration, Store
 
-HOUR = FixedRate(3600)
+HOUR = FixedRate(timedelta(hours=1))
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:

@@ -1,0 +1,1 @@
+"""Runnable examples of dbscheduler (see each module's docstring for how to run it)."""
