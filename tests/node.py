@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dbscheduler import (
@@ -22,10 +23,15 @@ from dbscheduler import (
     FixedRate,
     LinearBackoff,
     Outcome,
+    Result,
     Scheduler,
     TaskContext,
     TaskInfo,
 )
+
+_real_time = time.time
+"""The machine's wall clock, kept before ``--skew-wall`` may shift ``time.time``: events are
+always stamped with it, so the logs of every node share one clock."""
 
 
 class EventLog:
@@ -35,7 +41,7 @@ class EventLog:
         self._lock = threading.Lock()
 
     def write(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, "node": self._node, "t": time.time(), **fields})
+        line = json.dumps({"event": event, "node": self._node, "t": _real_time(), **fields})
         with self._lock:
             os.write(self._fd, (line + "\n").encode())
 
@@ -59,6 +65,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skew", type=float, default=0.0, help="shift this node's wall clock, s")
     p.add_argument("--retry", type=float, default=None, help="LinearBackoff delay, s")
     p.add_argument("--shutdown-timeout", type=float, default=10.0)
+    p.add_argument("--skew-wall", action="store_true",
+                   help="with --skew, also shift time.time for the whole process")
+    p.add_argument("--state", action="store_true",
+                   help="each execution stores {token, node} as the task's state and logs the "
+                        "token it read (prev) at its start: a chain that shows every write")
+    p.add_argument("--group", action="append", default=[], metavar="PREFIX:COUNT:WORK[:ignore]",
+                   help="also register COUNT tasks PREFIX-i working WORK s (same schedule); "
+                        "':ignore' makes them ignore stop requests")
+    p.add_argument("--watchdog", type=float, default=None, metavar="S",
+                   help="shut down gracefully after S s, or as soon as the process that "
+                        "started this node is gone (no orphans if a test run dies)")
     args = p.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
@@ -69,29 +86,48 @@ def main(argv: list[str] | None = None) -> None:
 
         real = time.time
         clock.local_time = lambda: real() + args.skew  # type: ignore[assignment]
+        if args.skew_wall:
+            time.time = lambda: _real_time() + args.skew  # type: ignore[assignment]
 
     events = EventLog(args.log, args.node)
     scheduler = Scheduler(args.url, table=args.table, node_id=args.node,
                           max_workers=args.workers, lease=args.lease, poll_interval=args.poll)
 
-    def work(ctx: TaskContext) -> None:
-        start = time.time()
-        events.write("start", task=ctx.name, token=ctx.total_attempt, attempt=ctx.attempt,
-                     scheduled=ctx.scheduled_at.timestamp(), started=ctx.started_at.timestamp())
-        deadline = start + args.work
-        stopped = False
-        while time.time() < deadline:
-            if ctx.stop_requested.wait(min(0.05, max(0.0, deadline - time.time()))):
-                stopped = True
-                if not args.ignore_stop:
-                    break
-        events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
-                     stop_requested=stopped)
+    def make_work(seconds: float, ignore_stop: bool) -> Callable[[TaskContext], Result | None]:
+        def work(ctx: TaskContext) -> Result | None:
+            start = time.time()
+            extra: dict[str, Any] = {}
+            if args.state:
+                extra["prev"] = ctx.state.get("token") if isinstance(ctx.state, dict) else None
+            events.write("start", task=ctx.name, token=ctx.total_attempt, attempt=ctx.attempt,
+                         scheduled=ctx.scheduled_at.timestamp(),
+                         started=ctx.started_at.timestamp(), **extra)
+            deadline = start + seconds
+            stopped = False
+            while time.time() < deadline:
+                if ctx.stop_requested.wait(min(0.05, max(0.0, deadline - time.time()))):
+                    stopped = True
+                    if not ignore_stop:
+                        break
+            events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
+                         stop_requested=stopped)
+            if args.state:
+                return Result.success(state={"token": ctx.total_attempt, "node": args.node})
+            return None
+
+        return work
+
+    work = make_work(args.work, args.ignore_stop)
 
     schedule = FixedDelay(args.delay) if args.delay is not None else FixedRate(args.rate)
     on_failure = LinearBackoff(args.retry) if args.retry else None
     for i in range(args.tasks):
         scheduler.add(f"{args.prefix}-{i}", work, schedule=schedule, on_failure=on_failure)
+    for group in args.group:
+        prefix, count, seconds, *flags = group.split(":")
+        group_work = make_work(float(seconds), "ignore" in flags)
+        for i in range(int(count)):
+            scheduler.add(f"{prefix}-{i}", group_work, schedule=schedule, on_failure=on_failure)
 
     class Recorder:
         def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
@@ -109,6 +145,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.seconds is not None:
         threading.Timer(args.seconds, scheduler.shutdown,
                         kwargs={"timeout": args.shutdown_timeout}).start()
+    if args.watchdog is not None:
+        parent, deadline = os.getppid(), time.monotonic() + args.watchdog
+
+        def watchdog() -> None:
+            while os.getppid() == parent and time.monotonic() < deadline:
+                time.sleep(0.5)
+            scheduler.shutdown(timeout=args.shutdown_timeout)
+
+        threading.Thread(target=watchdog, name="node-watchdog", daemon=True).start()
     scheduler.run(shutdown_timeout=args.shutdown_timeout)
     events.write("node_stop")
 

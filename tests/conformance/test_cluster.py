@@ -175,7 +175,7 @@ def test_graceful_shutdown_releases_leases_at_once(
         terminated = time.time()
         events = c.wait_for(lambda ev: any(e["event"] == "start" and e["node"] == "staying"
                                            for e in ev), lease / 2, "the other node runs it")
-        assert c.stop("leaving") == 0, c.stderr("leaving")
+        assert c.nodes["leaving"].wait(timeout=20) == 0, c.stderr("leaving")
     taken = next(e for e in events if e["event"] == "start" and e["node"] == "staying")
     assert taken["t"] > terminated
     assert taken["t"] - terminated < lease / 2, "released at shutdown, not after the lease"
