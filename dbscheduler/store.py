@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ from .table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name, to_ut
 __all__ = ["FinishWrite", "PollState", "Registration", "Store"]
 
 log = logging.getLogger("dbscheduler.store")
+
+SHAPE_CHECK_INTERVAL = 1.0
+"""Seconds between two checks of the table's shape (count, max id) by one node."""
 
 _CHUNK = 500
 """Rows per statement where a statement names rows one by one (heartbeats, stale checks)."""
@@ -49,8 +53,8 @@ class PollState:
     db_now: datetime
     next_due: datetime | None
     """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
-    shape: tuple[int, int | None]
-    """``(count, max id)``: changes whenever a row is added or deleted."""
+    shape: tuple[int, int | None] | None
+    """``(count, max id)``, when checked: changes whenever a row is added or deleted."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class Store:
         name = split_table_name(table)[1]
         self.channel = f"dbscheduler_{name}"[:63]
         self._names = _NameCache()
+        self._shape_checked = float("-inf")
 
     # -- schema --------------------------------------------------------------------------
     def create_table(self) -> None:
@@ -127,6 +132,12 @@ class Store:
             if self.dialect.is_missing_table(exc):
                 raise SchemaMissing(self.table_name, self._safe_url()) from exc
             raise
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[Connection]:
+        """A server connection whose every statement commits on its own."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -193,25 +204,30 @@ class Store:
     def poll(self, known: Collection[str]) -> PollState:
         """One small query: database time, next due time of this node's tasks, table shape."""
         t = self.table
+        # Counting the table costs a scan: a busy node checks its shape once a second, not on
+        # every one of its hundreds of polls a second. An idle node checks it on every poll.
+        check_shape = time.monotonic() - self._shape_checked >= SHAPE_CHECK_INTERVAL
         with self._read() as conn:
             where = self._name_filter(conn, known)
             due = sa.select(sa.func.min(t.c.next_process_at)).where(
                 t.c.paused == False,  # noqa: E712
                 *([where] if where is not None else []),
             )
-            stmt = sa.select(
-                db_now().label("now"),
-                due.scalar_subquery().label("next_due"),
-                sa.select(sa.func.count()).select_from(t).scalar_subquery().label("n"),
-                sa.select(sa.func.max(t.c.id)).scalar_subquery().label("max_id"),
-            )
-            row = conn.execute(stmt).one()
+            columns = [db_now().label("now"), due.scalar_subquery().label("next_due")]
+            if check_shape:
+                columns += [
+                    sa.select(sa.func.count()).select_from(t).scalar_subquery().label("n"),
+                    sa.select(sa.func.max(t.c.id)).scalar_subquery().label("max_id"),
+                ]
+            row = conn.execute(sa.select(*columns)).one()
         now = to_utc(row.now)
         assert now is not None
-        state = PollState(now, to_utc(row.next_due), (int(row.n), row.max_id))
-        if state.shape != self._names.shape:
-            self._names.shape = None  # refreshed by the next filter
-        return state
+        shape = (int(row.n), row.max_id) if check_shape else None
+        if shape is not None:
+            self._shape_checked = time.monotonic()
+            if shape != self._names.shape:
+                self._names.shape = None  # refreshed by the next filter
+        return PollState(now, to_utc(row.next_due), shape)
 
     def _name_filter(self, conn: Connection, known: Collection[str]) -> ColumnElement[bool] | None:
         """How to restrict picks to ``known`` names as cheaply as the table allows (DESIGN §8).
@@ -238,8 +254,9 @@ class Store:
         """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2)."""
         if limit <= 0:
             return []
+        single = self.dialect.single_statement_pick
         for _ in range(2):
-            with self._begin() as conn:
+            with self._autocommit() if single else self._begin() as conn:
                 name_filter = self._name_filter(conn, known)
                 where = self.table.c.paused == False  # noqa: E712
                 if name_filter is not None:
@@ -247,12 +264,43 @@ class Store:
                 rows = self.dialect.pick(
                     conn, self.table, where=where, limit=limit, lease=lease, node_id=node_id
                 )
-                if all(r["queue_name"] in known for r in rows):
+                strangers = [r for r in rows if r["queue_name"] not in known]
+                if not strangers:
                     return rows
-                # A row was added since the names were read: undo the whole pick and filter.
-                conn.rollback()
+                # A row was added since the names were read (another node's new task): give it
+                # back as it was, and filter by name from now on.
                 self._names.shape = None
+                if not single:
+                    conn.rollback()
+                    continue
+                self._unpick(conn, node_id, strangers)
+                return [r for r in rows if r["queue_name"] in known]
         return []
+
+    def _unpick(self, conn: Connection, node_id: str, rows: Sequence[PickedRow]) -> None:
+        """Undo a committed pick of rows this node cannot run (fenced by the pick's token)."""
+        t, b = self.table, sa.bindparam
+        conn.execute(
+            sa.update(t)
+            .where(t.c.id == b("u_id"), t.c.total_attempt == b("u_token"),
+                   t.c.locked_by == node_id)
+            .values(
+                locked_by=b("u_locked_by", type_=t.c.locked_by.type),
+                next_process_at=b("u_next", type_=t.c.next_process_at.type),
+                last_started_at=b("u_started", type_=t.c.last_started_at.type),
+                attempt=t.c.attempt - 1,
+            ),
+            [
+                {
+                    "u_id": r["id"],
+                    "u_token": r["total_attempt"],
+                    "u_locked_by": r["prev_locked_by"],
+                    "u_next": r["prev_next_process_at"],
+                    "u_started": r["prev_last_started_at"],
+                }
+                for r in rows
+            ],
+        )
 
     # -- fenced writes of running executions ---------------------------------------------
     def _fence(self, node_id: str, id_: Any, token: Any) -> ColumnElement[bool]:

@@ -69,6 +69,8 @@ class Dialect:
     supports_notify: ClassVar[bool] = False
     """Whether operations can wake sleeping nodes at once (PostgreSQL ``LISTEN/NOTIFY``)."""
 
+    single_statement_pick: ClassVar[bool] = False
+    """The pick is one statement, atomic on its own: run it without BEGIN/COMMIT round trips."""
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options of read-only statements: no BEGIN/COMMIT round trips around them."""
 

@@ -75,6 +75,7 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 
 class MSSQLDialect(Dialect):
     name = "mssql"
+    single_statement_pick = True
 
     # -- registration --------------------------------------------------------------------
     def insert_if_absent(

@@ -37,6 +37,7 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 class PostgreSQLDialect(Dialect):
     name = "postgresql"
     supports_notify = True
+    single_statement_pick = True
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]

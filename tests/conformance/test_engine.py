@@ -278,3 +278,24 @@ def test_server_database_without_table_says_run_migrate(
         s.start()
     with pytest.raises(SchemaMissing, match="dbscheduler migrate"):
         s.tasks()
+
+
+def test_a_row_added_behind_the_name_cache_is_given_back(migrated: tuple[str, str]) -> None:
+    from dbscheduler.store import Registration, Store
+
+    url, table = migrated
+    engine = sa.create_engine(url)
+    store, other = Store(engine, table), Store(engine, table)
+    store.dialect.configure_engine(engine)
+    later = timedelta(hours=1)
+    store.register([Registration("mine", "fixed-rate 1h", lambda now: now + later)])
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []  # caches: all known
+    other.register([Registration("theirs", "fixed-rate 1h", lambda now: now)])  # due at once
+    before = store.info("theirs")
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []
+    after = store.info("theirs")
+    assert (after.locked_by, after.next_process_at, after.attempt, after.last_started_at) == (
+        None, before.next_process_at, 0, None)
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []
+    assert store.info("theirs").total_attempt <= 1, "filtered by name from then on"
+    engine.dispose()
