@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         real = time.time
         clock.local_time = lambda: real() + args.skew  # type: ignore[assignment]
         if args.skew_wall:
-            time.time = lambda: _real_time() + args.skew  # type: ignore[assignment]
+            time.time = lambda: _real_time() + args.skew
 
     events = EventLog(args.log, args.node)
     scheduler = Scheduler(args.url, table=args.table, node_id=args.node,

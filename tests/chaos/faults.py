@@ -1,0 +1,358 @@
+"""Faults the database side injects: cutting every scheduler connection, restarting the server,
+and a TCP proxy that can cut, refuse or black-hole the traffic of the nodes behind it.
+
+Only servers on 127.0.0.1 are touched. Restarts always end with the server answering again
+(``finally``): other tests use the same servers at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+def _answers(url: str) -> bool:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool,
+                              connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+    finally:
+        engine.dispose()
+
+
+def wait_until_answers(url: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _answers(url):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@dataclass
+class Server:
+    """The database server behind ``admin_url`` (a URL with rights to kill connections)."""
+
+    backend: str
+    admin_url: str
+    tag: str = field(default_factory=lambda: f"chaos_{uuid.uuid4().hex[:10]}")
+    _user_created: bool = False
+
+    # -- the nodes' URL: their connections carry a tag the server can find them by -------------
+    def node_url(self) -> str:
+        """A URL for the nodes whose connections :meth:`cut` can find: the application name
+        on PostgreSQL, a user of their own on MariaDB (whose process list shows no names)."""
+        url = make_url(self.admin_url)
+        if self.backend == "postgresql":
+            return url.update_query_dict({"application_name": self.tag}).render_as_string(
+                hide_password=False)
+        if self.backend == "mysql":
+            self._create_user(url)
+            return url.set(username=self.tag, password=None).render_as_string(
+                hide_password=False)
+        raise ValueError(f"no connection cuts on {self.backend}")
+
+    def _create_user(self, url: URL) -> None:
+        if self._user_created:
+            return
+        engine = sa.create_engine(self.admin_url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"CREATE USER '{self.tag}'@'%'"))
+                conn.execute(sa.text(f"GRANT ALL PRIVILEGES ON `{url.database}`.* TO "
+                                     f"'{self.tag}'@'%'"))
+            self._user_created = True
+        finally:
+            engine.dispose()
+
+    def cleanup(self) -> None:
+        if not self._user_created:
+            return
+        engine = sa.create_engine(self.admin_url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"DROP USER IF EXISTS '{self.tag}'@'%'"))
+            self._user_created = False
+        except Exception:
+            pass
+        finally:
+            engine.dispose()
+
+    # -- cut every connection of the nodes -----------------------------------------------------
+    def cut(self) -> int:
+        """Terminate every connection the nodes hold (``pg_terminate_backend`` / ``KILL``);
+        returns how many were cut."""
+        engine = sa.create_engine(self.admin_url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                if self.backend == "postgresql":
+                    return int(conn.execute(sa.text(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                        "FROM pg_stat_activity WHERE application_name = :tag "
+                        "AND pid <> pg_backend_pid()"), {"tag": self.tag}).scalar_one())
+                ids = conn.execute(sa.text(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = :tag"),
+                    {"tag": self.tag}).scalars().all()
+                cut = 0
+                for id_ in ids:
+                    try:
+                        conn.execute(sa.text(f"KILL CONNECTION {int(id_)}"))
+                        cut += 1
+                    except sa.exc.DBAPIError:
+                        pass  # it ended on its own meanwhile
+                return cut
+        finally:
+            engine.dispose()
+
+    # -- restart ---------------------------------------------------------------------------
+    def restart_unavailable(self) -> str | None:
+        """Why this server cannot be restarted from here, or None when it can."""
+        url = make_url(self.admin_url)
+        if url.host not in LOCAL_HOSTS:
+            return f"the {self.backend} server is not local ({url.host})"
+        if os.geteuid() != 0:
+            return "restarting the database needs root"
+        if self.backend == "postgresql":
+            if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
+                return "no pg_ctlcluster (Debian's postgresql-common) to restart PostgreSQL"
+            return None
+        if self.backend == "mysql":
+            if shutil.which("mysqladmin") is None or shutil.which("start-stop-daemon") is None:
+                return "no mysqladmin / start-stop-daemon to restart MariaDB"
+            if not Path("/usr/sbin/mariadbd").exists():
+                return "no /usr/sbin/mariadbd to start"
+            return None
+        return f"no restarts on {self.backend}"
+
+    def restart(self, hold: float = 0.0) -> float:
+        """Stop the server, wait ``hold`` seconds, start it; returns the seconds it was down.
+
+        Whatever happens, the server is started again before this returns.
+        """
+        began = time.monotonic()
+        try:
+            if self.backend == "postgresql":
+                self._pg("stop", "-m", "fast")
+            else:
+                self._mariadb_stop()
+            time.sleep(hold)
+        finally:
+            self.ensure_running()
+        return time.monotonic() - began
+
+    def ensure_running(self, timeout: float = 90) -> None:
+        if _answers(self.admin_url):
+            return
+        if self.backend == "postgresql":
+            with contextlib.suppress(subprocess.SubprocessError):
+                self._pg("start")
+        else:
+            self._mariadb_start()
+        if not wait_until_answers(self.admin_url, timeout):
+            raise RuntimeError(f"the {self.backend} server did not come back in {timeout} s")
+
+    def _pg(self, *args: str) -> None:
+        version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", *args],
+                       check=True, timeout=60, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _mariadb_pid(self) -> int | None:
+        try:
+            return int(Path("/run/mysqld/mysqld.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _mariadb_stop(self) -> None:
+        pid = self._mariadb_pid()
+        url = make_url(self.admin_url)
+        subprocess.run(["mysqladmin", "-h", url.host or "127.0.0.1", "-P", str(url.port or 3306),
+                        "-u", url.username or "root", "shutdown"], timeout=60,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        # mysqladmin returns before the process is gone; starting meanwhile would be a no-op.
+        deadline = time.monotonic() + 60
+        while pid is not None and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _mariadb_start(self) -> None:
+        pid = self._mariadb_pid()
+        deadline = time.monotonic() + 60
+        while pid is not None and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # still shutting down: a start now would see it and do nothing
+        subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
+                        "/usr/sbin/mariadbd"], timeout=60, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- a TCP proxy ------------------------------------------------------------------------------
+class TcpProxy:
+    """Listens on 127.0.0.1 and forwards to ``target``; nodes connect through it.
+
+    Modes: ``forward``; ``refuse`` (every connection is cut and new ones are closed at once,
+    like a server that is down); ``blackhole`` (nothing moves either way and new connections
+    hang, like a network partition: the bytes wait and flow again when it heals).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(128)
+        self._server.settimeout(0.1)
+        self.port: int = self._server.getsockname()[1]
+        self._mode = "forward"
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._spawn(self._accept_loop)
+
+    @classmethod
+    def to(cls, url: str) -> TcpProxy:
+        u = make_url(url)
+        return cls(u.host or "127.0.0.1", int(u.port or {"postgresql": 5432}.get(
+            u.get_backend_name(), 3306)))
+
+    def url_through(self, url: str) -> str:
+        return make_url(url).set(host="127.0.0.1", port=self.port).render_as_string(
+            hide_password=False)
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    def set_mode(self, mode: str) -> None:
+        assert mode in ("forward", "refuse", "blackhole")
+        self._mode = mode
+        if mode == "refuse":
+            self.cut()
+
+    def cut(self) -> None:
+        """Reset every proxied connection."""
+        with self._lock:
+            socks = list(self._socks)
+            self._socks.clear()
+        for s in socks:
+            _reset(s)
+
+    def close(self) -> None:
+        self._closed.set()
+        self.cut()
+        with contextlib.suppress(OSError):
+            self._server.close()
+        for t in self._threads:
+            t.join(timeout=2)
+
+    def __enter__(self) -> TcpProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self, target: object, *args: object) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if self._mode == "refuse":
+                _reset(client)
+                continue
+            self._spawn(self._serve, client)
+
+    def _serve(self, client: socket.socket) -> None:
+        with self._lock:
+            self._socks.add(client)
+        # A partitioned network lets no new connection through either: wait for it to heal.
+        while self._mode == "blackhole" and not self._closed.is_set():
+            time.sleep(0.05)
+        try:
+            upstream = socket.create_connection(self._target, timeout=5)
+        except OSError:
+            self._drop(client)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._socks.add(upstream)
+        self._spawn(self._pump, client, upstream)
+        self._pump(upstream, client)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self._closed.is_set():
+                if self._mode == "blackhole":
+                    time.sleep(0.05)
+                    continue
+                ready, _, _ = select.select([src], [], [], 0.1)
+                if not ready:
+                    continue
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except (OSError, ValueError):
+            pass
+        self._drop(src)
+        self._drop(dst)
+
+    def _drop(self, s: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(s)
+        with contextlib.suppress(OSError):
+            s.close()
+
+
+def _reset(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        s.close()
+
+
+@contextlib.contextmanager
+def proxy_for(url: str) -> Iterator[TcpProxy]:
+    proxy = TcpProxy.to(url)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -1,0 +1,145 @@
+"""Running one scenario on every selected backend at once.
+
+A scenario takes seconds of real time per backend, mostly waiting (leases expire, nodes
+start, faults last). Its test is parametrized by backend, and the first of those tests to
+run starts the scenario on every backend selected in this session, each in a thread with its
+own table and directory; each test then waits for its own backend's report. So the suite
+costs about the time of one backend per scenario, and ``-k mysql`` still runs only MariaDB.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.chaos.checks import Report
+from tests.chaos.faults import Server
+from tests.chaos.profile import Profile
+from tests.databases import find, required
+
+
+@dataclass(frozen=True)
+class Env:
+    """Where one scenario runs: a fresh migrated table on one backend."""
+
+    backend: str
+    url: str
+    table: str
+    workdir: Path
+    profile: Profile
+    server: Server | None
+
+
+def unique_table() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def drop_table(url: str, table: str) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for name in (table, f"{table}_version"):
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+    except Exception:
+        pass
+    finally:
+        engine.dispose()
+
+
+class Unavailable(Exception):
+    def __init__(self, reason: str, required: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.required = required
+
+
+class Skip(Exception):
+    """The scenario does not apply here (e.g. the server cannot be restarted)."""
+
+
+Scenario = Callable[[Env], Report]
+_MIGRATING = threading.Lock()
+SELECTED = pytest.StashKey[set[str]]()
+
+
+class Runner:
+    def __init__(self, config: pytest.Config, root: Path, profile: Profile) -> None:
+        self._config = config
+        self._root = root
+        self._profile = profile
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="chaos")
+        self._futures: dict[tuple[str, str], Future[Report]] = {}
+
+    def report(self, request: pytest.FixtureRequest, scenario: Scenario, backend: str,
+               backends: tuple[str, ...]) -> Report:
+        """Run (or join) ``scenario`` on ``backend``; siblings selected for this session
+        start at the same time."""
+        nodeid = request.node.nodeid
+        selected = self._config.stash.get(SELECTED, set())
+        with self._lock:
+            for other in backends:
+                key = (scenario.__name__, other)
+                sibling = re.sub(r"\[[^\]]*\]$", f"[{other}]", nodeid)
+                if key not in self._futures and (other == backend or sibling in selected):
+                    self._futures[key] = self._pool.submit(self._job, scenario, other)
+            future = self._futures[(scenario.__name__, backend)]
+        try:
+            return future.result()
+        except Unavailable as exc:
+            if exc.required:
+                pytest.fail(exc.reason)
+            pytest.skip(exc.reason)
+        except Skip as exc:
+            pytest.skip(str(exc))
+
+    def _job(self, scenario: Scenario, backend: str) -> Report:
+        workdir = self._root / f"{scenario.__name__}-{backend}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        if backend == "sqlite":
+            url = f"sqlite:///{workdir / 'dbscheduler.sqlite3'}"
+        else:
+            found = find(backend)
+            if found.url is None:
+                raise Unavailable(found.reason, backend in required())
+            url = found.url
+        table = unique_table()
+        from dbscheduler.migrate import upgrade
+
+        engine = sa.create_engine(url)
+        try:
+            with _MIGRATING:  # Alembic's context is process-global: one migration at a time
+                upgrade(engine, table)
+        finally:
+            engine.dispose()
+        server = None if backend == "sqlite" else Server(backend, url)
+        try:
+            return scenario(Env(backend, url, table, workdir / "nodes", self._profile, server))
+        finally:
+            if server is not None:
+                server.ensure_running()
+                server.cleanup()
+            drop_table(url, table)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+ALL_BACKENDS = ("sqlite", "postgresql", "mysql")
+SERVER_BACKENDS = ("postgresql", "mysql")
+
+
+def check(request: pytest.FixtureRequest, runner: Runner, record: Callable[[Report], None],
+          scenario: Scenario, backend: str, backends: tuple[str, ...] = ALL_BACKENDS) -> None:
+    """The body of every scenario test: run or join it, keep its figures, assert."""
+    report = runner.report(request, scenario, backend, backends)
+    record(report)
+    report.assert_ok()
