@@ -65,6 +65,8 @@ class Execution:
     id: int
     token: int
     started_mono: float = field(default_factory=time.monotonic)
+    lease_until: float = float("inf")
+    """Monotonic time by which the lease surely ends, unless a heartbeat extends it."""
     lease_lost: bool = False
     cancel_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)

@@ -153,11 +153,11 @@ class Executor:
             elif value is not None:
                 log.debug("task %r returned %r; ignored (return a Result to store state)",
                           task.name, value)
-        except BaseException as exc:
+        except BaseException as exc:  # a task must never kill its worker
+            # SystemExit and KeyboardInterrupt too: re-raised, they would end this worker
+            # thread, and a node that loses all its workers holds leases it never runs.
             status, error = "error", describe_error(exc)
             log.error("task %r failed: %s", task.name, error, exc_info=exc)
-            if not isinstance(exc, Exception):
-                raise
         finally:
             if ex.cancel_requested and status == "success":
                 status = "cancelled"
@@ -186,6 +186,7 @@ class Finisher:
         self._pending = 0
         self._idle = threading.Condition()
         self._faults = FaultLog(log, "writing finished executions")
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dbscheduler-finish", daemon=True)
 
     def start(self) -> None:
@@ -202,7 +203,10 @@ class Finisher:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def stop(self, timeout: float) -> None:
-        self.flush(timeout)
+        if not self.flush(timeout):
+            log.warning("shutdown: finishes not written within %s s are abandoned (their "
+                        "leases expire on their own)", timeout)
+        self._stopping.set()
         self._queue.put(None)
         self._thread.join(timeout=5)
 
@@ -227,51 +231,54 @@ class Finisher:
                 self._idle.notify_all()
 
     def _write_batch(self, batch: list[Ended]) -> None:
-        todo = [e for e in batch if not e.execution.lease_lost]
-        for e in batch:
-            if e.execution.lease_lost:
-                log.warning("task %r: lease was lost while it ran; its finish is not written",
-                            e.execution.task.name)
-                self._emit(e, None)
+        # Every execution tries its fenced finish, even one whose lease this node counts as
+        # lost: when nobody picked the row meanwhile (an outage, not a takeover), the write
+        # lands and keeps the task's result; otherwise the fence refuses it.
+        self._heartbeat.untrack(e.execution for e in batch)
         delay = 0.2
-        while todo:
-            self._heartbeat.untrack(e.execution for e in todo)
-            plans: dict[int, datetime] = {}
-            batch_now = list(todo)
+        while True:
+            written: dict[tuple[int, int], FinishWrite] = {}
             try:
                 _, stale = self._store.finish(
                     self._node_id,
-                    lambda now: [self._write_for(e, now, plans) for e in batch_now],  # noqa: B023
+                    lambda now: [self._write_for(e, now, written) for e in batch],  # noqa: B023
                 )
             except Exception as exc:
                 self._faults.failed(exc)
-                for e in todo:  # keep the leases alive while the database is away
+                if self._stopping.is_set():
+                    for e in batch:
+                        self._emit(e, None)
+                    return
+                for e in batch:  # keep the leases alive while the database is away
                     if not e.execution.lease_lost:
                         self._heartbeat.track(e.execution)
-                todo = [e for e in todo if not e.execution.lease_lost]
-                time.sleep(delay)
+                self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
+                self._heartbeat.untrack(e.execution for e in batch)
                 continue
-            self._faults.ok()
-            stale_ids = {w.id for w in stale}
-            for e in todo:
-                if e.execution.id in stale_ids:
-                    log.warning(
-                        "task %r: finish refused, another node owns the row now (token %d "
-                        "is stale)", e.execution.task.name, e.execution.token)
-                    self._emit(e, None)
-                else:
-                    self._emit(e, plans.get(e.execution.id))
-            todo = []
+            break
+        self._faults.ok()
+        refused = {(w.id, w.token) for w in stale}
+        for e in batch:
+            key = (e.execution.id, e.execution.token)
+            if key in refused:
+                log.warning(
+                    "task %r: finish refused, another node owns the row now (token %d is "
+                    "stale)", e.execution.task.name, e.execution.token)
+                self._emit(e, None)
+            else:
+                self._emit(e, written[key])
         self._after_write()
 
-    def _write_for(self, e: Ended, now: datetime, plans: dict[int, datetime]) -> FinishWrite:
+    def _write_for(
+        self, e: Ended, now: datetime, written: dict[tuple[int, int], FinishWrite]
+    ) -> FinishWrite:
         ex = e.execution
         status, error = e.status, e.error
         payload: str | _Unset | None = UNSET
         if e.state is not UNSET:
             try:
-                payload = None if e.state is None else json.dumps(e.state)
+                payload = None if e.state is None else json.dumps(e.state, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 status = "error"
                 error = truncate(f"state is not JSON-serialisable: {exc}")
@@ -294,14 +301,20 @@ class Finisher:
             error = truncate(f"schedule failed: {describe_error(exc)}")
             log.error("task %r: %s; next try in %s", ex.task.name, error, SCHEDULE_FAILURE_RETRY)
             next_at, attempt = now + SCHEDULE_FAILURE_RETRY, ex.ctx.attempt
-        plans[ex.id] = next_at
-        return FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
-                           finished_at=now, error=error, payload=payload)
+        write = FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
+                            finished_at=now, error=error, payload=payload)
+        written[(ex.id, ex.token)] = write
+        return write
 
-    def _emit(self, e: Ended, next_at: datetime | None) -> None:
+    def _emit(self, e: Ended, write: FinishWrite | None) -> None:
+        """Tell listeners: what was written, or (``next_at`` None) that nothing was."""
         ex = e.execution
         duration = timedelta(seconds=e.finished_mono - ex.started_mono)
-        outcome = Outcome(e.status, duration, e.error, next_at)
+        if write is None:
+            outcome = Outcome(e.status, duration, e.error, None)
+        else:
+            outcome = Outcome(write.status, duration, write.error, write.next_at)
+        next_at = outcome.next_at
         log.debug("task %r finished: %s in %.3f s, next %s", ex.task.name, e.status,
                   duration.total_seconds(), next_at)
         self._listeners.emit("on_finished", ex.ctx, outcome)

@@ -13,7 +13,7 @@ from ._clock import Clock
 from ._execution import Execution, TaskDef
 from ._executor import Executor
 from ._faults import FaultLog
-from ._heartbeat import Heartbeat
+from ._heartbeat import Heartbeat, safety_margin
 from ._wakeup import Wakeup
 from .context import TaskContext, TaskInfo
 from .listeners import Listeners
@@ -55,6 +55,8 @@ class Poller:
         self._clock = clock
         self._stop = threading.Event()
         self._faults = FaultLog(log, "polling")
+        self._clock_faults = FaultLog(log, "measuring the database clock offset")
+        self._margin = safety_margin(lease)
         self._thread = threading.Thread(target=self._run, name="dbscheduler-poller", daemon=True)
 
     def start(self) -> None:
@@ -85,7 +87,12 @@ class Poller:
         known = self._tasks.keys()
         before = time.monotonic()
         state = self._store.poll(known)
-        self._clock.observe(state.db_now, before, time.monotonic())
+        try:
+            self._clock.observe(state.db_now, before, time.monotonic())
+        except Exception as exc:  # only informs sleeping and display: never worth a pick
+            self._clock_faults.failed(exc)
+        else:
+            self._clock_faults.ok()
         free = self._executor.free
         if free <= 0:
             return self._poll_interval  # a finishing execution wakes us
@@ -96,14 +103,23 @@ class Poller:
             return min(wait, self._poll_interval)
         if self._stop.is_set():
             return 0
+        sent = time.monotonic()
         rows = self._store.pick(self._node_id, free, self._lease, known)
+        if rows and time.monotonic() - sent >= self._lease.total_seconds() - self._margin:
+            # The answer came so late that the leases it granted may already have expired
+            # and been taken by another node: running them could overlap. Give them back.
+            log.warning("a pick took longer than the lease (%.1f s); releasing its %d row(s)",
+                        time.monotonic() - sent, len(rows))
+            self._store.release(self._node_id, {int(r["id"]): int(r["total_attempt"])
+                                                for r in rows})
+            return 0
         for row in rows:
-            self._dispatch(row)
+            self._dispatch(row, sent)
         # Picked some: poll again at once for the next due time. Picked none although a row
         # was due: another node won it; look again very soon rather than spinning.
         return 0 if rows else CONTENDED_RETRY
 
-    def _dispatch(self, row: Mapping[str, Any]) -> None:
+    def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
         task = self._tasks[row["queue_name"]]
         now: datetime = row["last_started_at"]
         scheduled_at: datetime = row["prev_next_process_at"]
@@ -125,6 +141,8 @@ class Poller:
             state=decode_state(row["payload"]),
         )
         execution = Execution(task, ctx, int(row["id"]), int(row["total_attempt"]))
+        # The database set the lease after the pick was sent: it surely ends after this.
+        execution.lease_until = sent + self._lease.total_seconds()
         self._heartbeat.track(execution)
         self._executor.submit(execution)
 

@@ -68,13 +68,15 @@ class PgListener:
             conn: Any = raw.driver_connection
             conn.autocommit = True
             conn.execute(f'LISTEN "{self._channel}"')
-            self._faults.ok()
             # The poll may have run just before LISTEN took effect: look once more.
             self._wakeup.set()
             while not self._stop.is_set():
                 for _ in conn.notifies(timeout=0.5, stop_after=1):
                     self.received += 1
                     self._wakeup.set()
+                # Recovered only once a wait completed: a connection that fails right after
+                # LISTEN must not log "recovered" and "failed" on every reconnect.
+                self._faults.ok()
         except Exception:
             raw.invalidate()
             raise

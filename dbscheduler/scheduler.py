@@ -6,11 +6,13 @@ It is thin: it validates, wires the engine's parts together, and delegates SQL t
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import FrameType, TracebackType
@@ -26,6 +28,7 @@ from ._heartbeat import Heartbeat
 from ._poller import Poller
 from ._wakeup import PgListener, Wakeup
 from .context import TaskInfo
+from .dialects import engine_options
 from .failures import FailureSettings, NoRetry
 from .listeners import Listeners
 from .schedules import Schedule
@@ -50,6 +53,10 @@ def default_node_id() -> str:
 def _duration(value: timedelta | float | int, field: str, *, allow_zero: bool = False) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise ValueError(f"{field} must be a timedelta or a number of seconds, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{field} must be a finite number of seconds, got {value!r}")
+    if not isinstance(value, timedelta) and abs(value) > 86_400 * 365:
+        raise ValueError(f"{field} must be at most a year, got {value!r} s")
     delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
         raise ValueError(f"{field} must be > 0, got {value!r}")
@@ -109,10 +116,24 @@ class Scheduler:
         self.node_id = node_id or default_node_id()
         self.table = table
         self._owns_engine = engine is None
+        if engine is not None and not isinstance(engine, Engine):
+            raise ValueError(f"engine must be a SQLAlchemy Engine, got {type(engine).__name__}")
+        if url is not None and not isinstance(url, str):
+            raise ValueError(f"url must be a string, got {type(url).__name__}")
         if engine is None:
             # No pool_pre_ping: it would add a statement to every poll. A connection that died
             # fails its statement, SQLAlchemy discards it, and every loop here retries.
-            engine = sa.create_engine(url or DEFAULT_URL, pool_size=5, max_overflow=10)
+            try:
+                parsed = sa.engine.make_url(url or DEFAULT_URL)
+            except sa.exc.ArgumentError as exc:
+                raise ValueError(
+                    f"url {url!r} is not a database URL: {exc} (e.g. "
+                    "'postgresql+psycopg://user@host/db' or 'sqlite:///file.sqlite3')"
+                ) from None
+            engine = sa.create_engine(
+                parsed, pool_size=5, max_overflow=10,
+                **engine_options(parsed.get_backend_name(), self.lease),
+            )
         self.engine = engine
         self._store = Store(engine, table)
         self._store.dialect.configure_engine(engine)
@@ -235,6 +256,7 @@ class Scheduler:
             self._register(list(self._tasks.values()))
         except BaseException:
             with self._lock:
+                # A shutdown() waiting for this start may proceed; a new start() may retry.
                 self._state = "new"
             raise
         store, node = self._store, self.node_id
@@ -263,13 +285,22 @@ class Scheduler:
         Running executions see ``ctx.stop_requested`` set at once. Whatever is still running
         after the timeout has its lease released (fenced), so another node may pick it at once.
         """
-        with self._lock:
-            if self._state in ("new", "stopped"):
-                self._state = "stopped"
-                self._stopped.set()
-                return
-            self._state = "stopping"
-        assert self._poller and self._executor and self._finisher and self._heartbeat
+        while True:
+            with self._lock:
+                if self._state in ("new", "stopped"):
+                    self._state = "stopped"
+                    self._stopped.set()
+                    return
+                if self._state in ("running", "start-failed"):
+                    self._state = "stopping"
+                    break
+                if self._state == "stopping":
+                    break
+            # "starting": a signal arrived while start() runs; let it finish, then stop.
+            time.sleep(0.05)
+        if not (self._poller and self._executor and self._finisher and self._heartbeat):
+            self._stopped.wait(timeout)  # another thread is already shutting down
+            return
         self._poller.stop()
         for ex in self._executor.running():
             ex.ctx.stop_requested.set()
@@ -340,7 +371,6 @@ class Scheduler:
         self._wakeup.set()  # a worker is free
 
     def _lease_lost(self, ex: Execution) -> None:
-        ex.lease_lost = True
         ex.ctx.stop_requested.set()
         log.warning("task %r: lease lost (token %d); asking the execution to stop",
                     ex.task.name, ex.token)

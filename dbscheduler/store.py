@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -29,6 +29,11 @@ from .table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name, to_ut
 __all__ = ["FinishWrite", "PollState", "Registration", "Store"]
 
 log = logging.getLogger("dbscheduler.store")
+
+_T = TypeVar("_T")
+
+TRANSIENT_RETRIES = 3
+"""Attempts of a statement that fails on a deadlock or serialization failure."""
 
 SHAPE_CHECK_INTERVAL = 1.0
 """Seconds between two checks of the table's shape (count, max id) by one node."""
@@ -106,6 +111,9 @@ class Store:
         set-up), so that a later ``dbscheduler migrate`` finds it at its version."""
         from .migrate import upgrade  # Alembic is only needed here
 
+        schema, name = split_table_name(self.table_name)
+        if sa.inspect(self.engine).has_table(name, schema=schema):
+            return  # made by hand or an older version: check_schema() judges it
         upgrade(self.engine, self.table_name)
 
     def check_schema(self) -> None:
@@ -133,6 +141,17 @@ class Store:
                 raise SchemaMissing(self.table_name, self._safe_url()) from exc
             raise
 
+    def _retrying(self, what: str, action: Callable[[], _T]) -> _T:
+        """Run ``action``; again at once after a deadlock or serialization failure."""
+        for attempt in range(1, TRANSIENT_RETRIES + 1):
+            try:
+                return action()
+            except sa.exc.DBAPIError as exc:
+                if attempt == TRANSIENT_RETRIES or not self.dialect.is_transient(exc):
+                    raise
+                log.debug("%s: transient error, retrying: %s", what, exc.orig)
+        raise AssertionError("unreachable")
+
     @contextmanager
     def _autocommit(self) -> Iterator[Connection]:
         """A server connection whose every statement commits on its own."""
@@ -157,6 +176,9 @@ class Store:
         A row that exists keeps its state; when its ``schedule`` text differs, its next time is
         recomputed from the new schedule unless it is running, and the text updated.
         """
+        self._retrying("registration", lambda: self._register(items))
+
+    def _register(self, items: Sequence[Registration]) -> None:
         t = self.table
         with self._begin() as conn:
             now = self._now(conn)
@@ -254,6 +276,11 @@ class Store:
         """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2)."""
         if limit <= 0:
             return []
+        return self._retrying("pick", lambda: self._pick(node_id, limit, lease, known))
+
+    def _pick(
+        self, node_id: str, limit: int, lease: timedelta, known: Collection[str]
+    ) -> list[PickedRow]:
         single = self.dialect.single_statement_pick
         for _ in range(2):
             with self._autocommit() if single else self._begin() as conn:
@@ -317,6 +344,11 @@ class Store:
         """
         if not tokens:
             return set(), set()
+        return self._retrying("heartbeat", lambda: self._heartbeat(node_id, lease, tokens))
+
+    def _heartbeat(
+        self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
+    ) -> tuple[set[int], set[int]]:
         t = self.table
         ids = list(tokens)
         rows: list[Any] = []
@@ -350,6 +382,11 @@ class Store:
         ``make_writes`` receives the database time (the finish time) and returns the writes;
         a write whose token moved on (another node owns the row) changes nothing.
         """
+        return self._retrying("finish", lambda: self._finish(node_id, make_writes))
+
+    def _finish(
+        self, node_id: str, make_writes: Callable[[datetime], Sequence[FinishWrite]]
+    ) -> tuple[datetime, list[FinishWrite]]:
         with self._begin() as conn:
             now = self._now(conn)
             writes = list(make_writes(now))
@@ -571,6 +608,11 @@ def validate_name(name: object) -> str:
         raise ValueError(f"task name must be a string, got {type(name).__name__}")
     if not name.strip():
         raise ValueError("task name must not be empty")
+    if name != name.strip():
+        # MySQL/MariaDB compare with trailing spaces ignored: "a " and "a" would be one row.
+        raise ValueError(f"task name {name!r} must not start or end with white space")
+    if "\x00" in name:
+        raise ValueError(f"task name {name!r} contains a NUL character")
     # SQL Server's NVARCHAR counts UTF-16 code units: an emoji takes two.
     units = len(name.encode("utf-16-le")) // 2
     if units > MAX_NAME_LENGTH:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from sqlalchemy.engine import Engine
 
 from .base import Dialect, PickedRow, db_now, db_now_plus
@@ -11,7 +14,7 @@ from .oracle import OracleDialect
 from .postgresql import PostgreSQLDialect
 from .sqlite import SQLiteDialect
 
-__all__ = ["Dialect", "PickedRow", "db_now", "db_now_plus", "dialect_for"]
+__all__ = ["Dialect", "PickedRow", "db_now", "db_now_plus", "dialect_for", "engine_options"]
 
 _BY_NAME: dict[str, type[Dialect]] = {
     "sqlite": SQLiteDialect,
@@ -21,6 +24,25 @@ _BY_NAME: dict[str, type[Dialect]] = {
     "mssql": MSSQLDialect,
     "oracle": OracleDialect,
 }
+
+
+def engine_options(backend: str, lease: timedelta) -> dict[str, Any]:
+    """``create_engine`` options for an engine the Scheduler creates itself.
+
+    Timeouts turn a hung connection (a partition, a dead server) into an error within about a
+    lease, instead of a thread stuck forever; on MySQL/MariaDB, READ COMMITTED keeps the
+    pick's locking read from taking gap locks, which made concurrent picks deadlock.
+    """
+    ms = max(1000, int(lease.total_seconds() * 1000))
+    if backend == "postgresql":
+        return {"connect_args": {"connect_timeout": 10, "tcp_user_timeout": ms,
+                                 "options": f"-c statement_timeout={ms}"}}
+    if backend in ("mysql", "mariadb"):
+        seconds = ms / 1000
+        return {"isolation_level": "READ COMMITTED",
+                "connect_args": {"connect_timeout": 10, "read_timeout": seconds,
+                                 "write_timeout": seconds}}
+    return {}
 
 
 def dialect_for(engine: Engine) -> Dialect:

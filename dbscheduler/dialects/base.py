@@ -172,6 +172,15 @@ class Dialect:
         """Tell listening nodes that something became due; a no-op where unsupported."""
 
     # -- errors --------------------------------------------------------------------------
+    def is_transient(self, exc: BaseException) -> bool:
+        """True for errors worth retrying at once: deadlocks and serialization failures."""
+        text = str(getattr(exc, "orig", exc)).lower()
+        return any(
+            marker in text
+            for marker in ("deadlock", "40p01", "40001", "could not serialize", "(1213,",
+                           "(1205,", "lock wait timeout", "ora-00060", "database is locked")
+        )
+
     def is_missing_table(self, exc: BaseException) -> bool:
         """True when ``exc`` says the table does not exist."""
         text = str(getattr(exc, "orig", exc)).lower()

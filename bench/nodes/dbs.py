@@ -1,0 +1,84 @@
+"""A dbscheduler node under test (runs in dbscheduler's own virtual environment).
+
+Modes: ``rate`` (tasks ``b0..b{n-1}``, ``FixedRate(period)``, rows seeded far in the future by
+the orchestrator and made due by ``activate``), ``idle`` (``n`` tasks never due), ``wakeup``
+(one task ``w0`` due in an hour, triggered by the orchestrator) and ``failover`` (one task
+``f0``, ``FixedRate(1)``, that runs until it is told to stop).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.protocol import COUNTER, SAMPLES, load_config, serve, spread_t0, watchdog
+from dbscheduler import FixedRate, Scheduler, TaskContext
+from dbscheduler.table import make_table
+
+
+def main() -> None:
+    cfg = load_config()
+    watchdog(cfg["max_seconds"])
+    if cfg["url"].startswith("postgresql"):
+        COUNTER.install_psycopg()
+    scheduler = Scheduler(
+        cfg["url"], table=cfg["table"], node_id=cfg["node_id"], max_workers=cfg["workers"],
+        lease=cfg["lease"], poll_interval=cfg["poll"],
+    )
+    if not cfg["url"].startswith("postgresql"):
+        COUNTER.install_sqlalchemy(scheduler.engine)
+    mode = cfg["mode"]
+    prefix = {"rate": "b", "idle": "i", "wakeup": "w", "failover": "f"}[mode]
+    period = {"rate": cfg.get("period", 1.0), "idle": 3600.0, "wakeup": 3600.0,
+              "failover": 1.0}[mode]
+
+    def make(idx: int) -> Any:
+        if mode == "failover":
+            def hold(ctx: TaskContext) -> None:
+                started = time.time()
+                SAMPLES.add(idx, ctx.scheduled_at.timestamp(), started)
+                ctx.stop_requested.wait(120)
+            return hold
+
+        def noop(ctx: TaskContext) -> None:
+            started = time.time()
+            SAMPLES.add(idx, ctx.scheduled_at.timestamp(), started)
+        return noop
+
+    for idx in range(cfg["n"]):
+        scheduler.add(f"{prefix}{idx}", make(idx), schedule=FixedRate(period))
+    began = time.perf_counter()
+    scheduler.start()
+    start_seconds = time.perf_counter() - began
+    table = make_table(cfg["table"])
+
+    def activate(args: dict[str, Any]) -> dict[str, Any]:
+        a, b, p = int(args["start"]), int(args["stop"]), float(args["period"])
+        t0 = spread_t0(float(args["lead"]))
+        step = p / (b - a)
+        stmt = (
+            sa.update(table)
+            .where(table.c.queue_name == sa.bindparam("name"), table.c.locked_by.is_(None))
+            .values(next_process_at=sa.bindparam("at"))
+        )
+        params = [
+            {"name": f"b{i}",
+             "at": datetime.fromtimestamp(t0 + (i - a) * step, timezone.utc)}
+            for i in range(a, b)
+        ]
+        with scheduler.engine.begin() as conn:
+            conn.execute(stmt, params)
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.select(sa.func.pg_notify(f"dbscheduler_{cfg['table']}", "")))
+        scheduler._wakeup.set()  # this node's own poller (other nodes: NOTIFY or their poll)
+        return {"t0": t0, "spread": True}
+
+    serve({"activate": activate}, lambda: scheduler.shutdown(timeout=10),
+          {"start_seconds": start_seconds})
+
+
+if __name__ == "__main__":
+    main()

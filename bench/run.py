@@ -1,0 +1,334 @@
+"""``python -m bench``: every workload on every system, one Markdown table, one JSON file.
+
+    .venv/bin/python -m bench --quick          # < 2 minutes (peers installed on first use)
+    .venv/bin/python -m bench                  # full, < 15 minutes
+    .venv/bin/python -m bench --profile        # py-spy profile of dbscheduler under load
+    .venv/bin/python -m bench --only dbs-pg,aps4 --workloads lag,throughput
+
+Every figure is the median of at least three runs, shown as ``median (min–max)``; a run of the
+rate workloads is one measurement window of a node process, the others are separate
+processes. Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.infra import (
+    BENCH,
+    PEER_ENVS,
+    SHARED_PG_URL,
+    Databases,
+    PrivatePostgres,
+    ensure_env,
+    install_signal_handlers,
+    kill_all,
+    log,
+)
+from bench.stats import Figure, fmt
+from bench.workloads import (
+    SYSTEMS,
+    Context,
+    Settings,
+    System,
+    failover_session,
+    idle_session,
+    rate_session,
+    sustained,
+    wakeup_session,
+)
+
+WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "wakeup", "failover")
+
+QUICK = Settings(
+    windows=3, window=0.4,
+    ramp=(100, 1000, 2000, 4000, 8000), dbs_min_rate=1000, dbs_min_rate3=2000,
+    idle_tasks=1_000, idle_windows=3, idle_window=1.0, idle_settle=0.5,
+    wake_runs=3, wake_triggers=8, wake_triggers_polling=0,
+    failover_runs=3, failover_lease=1.0,
+)
+QUICK_PLAN = {
+    "dbs-pg": set(WORKLOADS),
+    "aps3": {"lag", "throughput1", "throughput3", "idle"},
+    "aps4": {"lag", "throughput1", "idle"},
+    "procrastinate": {"lag", "throughput1", "idle"},
+}
+"""What ``--quick`` runs of each system: PostgreSQL only, peers on one node (the full run runs
+everything everywhere)."""
+FULL = Settings(
+    windows=3, window=1.5,
+    ramp=(100, 250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
+    ramp3=(100, 500, 1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
+    idle_windows=3, idle_window=5.0,
+    wake_runs=3, wake_triggers=20, wake_triggers_polling=2,
+    failover_runs=3, failover_lease=3.0,
+)
+ALL_SYSTEMS = ("dbs-pg", "dbs-sqlite", "dbs-mariadb", "aps3", "aps4", "procrastinate")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (< 2 min)")
+    p.add_argument("--only", default="", help=f"comma-separated systems: {', '.join(SYSTEMS)}")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated: {', '.join(WORKLOADS)}")
+    p.add_argument("--profile", action="store_true",
+                   help="profile dbscheduler (PostgreSQL, one node) under workload 2 instead")
+    p.add_argument("--profile-rate", type=int, default=4000, help="offered executions/s")
+    p.add_argument("--profile-seconds", type=float, default=10.0)
+    p.add_argument("--workers", type=int, default=32,
+                   help="max_workers / pool size / concurrency of every system (default 32)")
+    p.add_argument("--results", type=Path, default=BENCH / "results")
+    p.add_argument("--table-from", type=Path, metavar="JSON",
+                   help="print the table of an earlier run's JSON file and exit")
+    p.add_argument("--pg", choices=("private", "shared"), default="private",
+                   help="private: a throw-away cluster on 127.0.0.1:55432 from the local "
+                        "PostgreSQL binaries, with pg_stat_statements (default when they are "
+                        "installed); shared: the server at --pg-url")
+    p.add_argument("--pg-url", default=SHARED_PG_URL,
+                   help="admin URL of the shared PostgreSQL server (databases dbsbench_* are "
+                        "created and dropped there)")
+    return p.parse_args(argv)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    versions = {}
+    for dist in ("sqlalchemy", "psycopg", "pymysql"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "-"
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory": mem,
+            "python": platform.python_version(), "platform": platform.platform(), **versions}
+
+
+def run_system(ctx: Context, system: System, settings: Settings,
+               workloads: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"label": system.label, "note": system.note}
+
+    def guarded(name: str, fn: Callable[[], Any]) -> None:
+        began = time.time()
+        try:
+            out[name] = fn()
+        except Exception as exc:
+            log(f"  {system.key} {name} FAILED: {type(exc).__name__}: {exc}")
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            kill_all()
+        log(f"  {system.key} {name} took {time.time() - began:.1f} s")
+
+    if "lag" in workloads:
+        guarded("lag", lambda: rate_session(
+            ctx, system, settings, nodes_count=1, period=1.0, rates=settings.lag_rates,
+            stop_on_fail=False, label="lag"))
+    if "throughput1" in workloads:
+        guarded("throughput_1", lambda: rate_session(
+            ctx, system, settings, nodes_count=1, period=system.period, rates=settings.ramp,
+            stop_on_fail=True, label="throughput"))
+    if "throughput3" in workloads:
+        if system.max_nodes < 3:
+            out["throughput_3"] = {"skipped": system.note}
+        else:
+            guarded("throughput_3", lambda: rate_session(
+                ctx, system, settings, nodes_count=3, period=system.period,
+                rates=settings.ramp3 or settings.ramp, stop_on_fail=True, label="throughput"))
+    if "idle" in workloads:
+        guarded("idle", lambda: idle_session(ctx, system, settings))
+    if system.is_dbs and "wakeup" in workloads and (
+            system.backend == "postgresql" or settings.wake_triggers_polling):
+        guarded("wakeup", lambda: wakeup_session(ctx, system, settings))
+    if system.is_dbs and "failover" in workloads:
+        guarded("failover", lambda: failover_session(ctx, system, settings))
+    return out
+
+
+# -- the table ------------------------------------------------------------------------------
+def _windows(steps: Any, rate: int) -> list[dict[str, float]]:
+    if not isinstance(steps, list):
+        return []
+    for step in steps:
+        if step["rate"] == rate:
+            return list(step["windows"])
+    return []
+
+
+def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | str | None]:
+    """The table's cells of one system, as figures (or a short text when not applicable)."""
+    cells: dict[str, Figure | str | None] = {}
+    lag = result.get("lag")
+    for rate in settings.lag_rates:
+        wins = _windows(lag, rate)
+        for q in ("p50", "p95", "p99", "max"):
+            cells[f"lag{rate}_{q}"] = Figure.of(w[f"lag_{q}_ms"] for w in wins)
+    if isinstance(lag, list):
+        wins = [w for step in lag for w in step["windows"]]
+        cells["lag_dup_missed"] = (f"{sum(int(w['duplicates']) for w in wins)} / "
+                                   f"{sum(int(w['missed']) for w in wins)} of "
+                                   f"{sum(int(w['due']) for w in wins):,}")
+    for n in (1, 3):
+        steps = result.get(f"throughput_{n}")
+        if isinstance(steps, list):
+            cells[f"tput{n}"] = Figure.of(sustained(steps))
+            wins = [w for step in steps for w in step["windows"]]
+            cells[f"tput{n}_peak"] = Figure.of(
+                [max((w["executions_per_s"] for w in wins), default=math.nan)])
+            cells[f"tput{n}_dup"] = str(sum(int(w["duplicates"]) for w in wins))
+        elif isinstance(steps, dict) and "skipped" in steps:
+            cells[f"tput{n}"] = "n/a (1 process only)"
+        elif steps is not None:
+            cells[f"tput{n}"] = "error"
+    idle = result.get("idle")
+    if isinstance(idle, dict) and "windows" in idle:
+        cells["idle"] = Figure.of(w["statements_per_s"] for w in idle["windows"])
+        cells["idle_cpu"] = Figure.of(w["cpu_percent"] for w in idle["windows"])
+        cells["idle_start"] = Figure.of([idle["start_seconds"]])
+        cells["idle_server"] = Figure.of(
+            w.get("server_statements_per_s", math.nan) for w in idle["windows"])
+    wake = result.get("wakeup")
+    if isinstance(wake, list):
+        cells["wake_p50"] = Figure.of(r["p50_ms"] for r in wake)
+        cells["wake_p99"] = Figure.of(r["p99_ms"] for r in wake)
+    fo = result.get("failover")
+    if isinstance(fo, list):
+        cells["failover"] = Figure.of(r["seconds"] for r in fo)
+        cells["failover_lease"] = str(fo[0]["lease"]) if fo else None
+    return cells
+
+
+ROWS: tuple[tuple[str, str, int, str], ...] = (
+    ("lag20_p50", "start lag, 20 tasks × 1/s: p50 ms", 1, ""),
+    ("lag20_p95", "… p95 ms", 1, ""),
+    ("lag20_p99", "… p99 ms", 1, ""),
+    ("lag20_max", "… max ms", 1, ""),
+    ("lag1000_p50", "start lag, 1,000 tasks × 1/s: p50 ms", 1, ""),
+    ("lag1000_p95", "… p95 ms", 1, ""),
+    ("lag1000_p99", "… p99 ms (target ≤ 10)", 1, ""),
+    ("lag1000_max", "… max ms", 1, ""),
+    ("lag_dup_missed", "duplicates / missed fire times (lag runs)", 0, ""),
+    ("tput1", "throughput, 1 node: exec/s with lag p99 < 100 ms (target ≥ 5,000)", 0, ""),
+    ("tput1_peak", "… highest exec/s seen at any step", 0, ""),
+    ("tput3", "throughput, 3 nodes: exec/s with lag p99 < 100 ms", 0, ""),
+    ("tput3_peak", "… highest exec/s seen at any step", 0, ""),
+    ("tput1_dup", "duplicates (throughput, 1 node)", 0, ""),
+    ("tput3_dup", "duplicates (throughput, 3 nodes)", 0, ""),
+    ("idle", "idle, {idle:,} tasks: statements/s per node (target ≤ 1.5)", 2, ""),
+    ("idle_server", "… as the server counts them (pg_stat_statements)", 2, ""),
+    ("idle_cpu", "… node CPU %", 1, ""),
+    ("idle_start", "… start-up with {idle:,} tasks, s", 1, ""),
+    ("wake_p50", "wake-up, trigger → start: p50 ms", 1, ""),
+    ("wake_p99", "… p99 ms (target ≤ 50 on PostgreSQL)", 1, ""),
+    ("failover", "failover, kill -9 → start on other node, s", 2, ""),
+    ("failover_lease", "… lease, s (target ≤ lease + 1)", 0, ""),
+)
+
+
+def table(results: dict[str, dict[str, Any]], settings: Settings) -> str:
+    keys = list(results)
+    cells = {k: figures(results[k], settings) for k in keys}
+    header = "| | " + " | ".join(results[k]["label"] for k in keys) + " |"
+    lines = [header, "|---" * (len(keys) + 1) + "|"]
+    for key, title, digits, unit in ROWS:
+        row = []
+        for k in keys:
+            value = cells[k].get(key)
+            row.append(value if isinstance(value, str) else fmt(value, digits, unit))
+        if all(v == "–" for v in row):
+            continue
+        title = title.format(idle=settings.idle_tasks)
+        lines.append(f"| {title} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    install_signal_handlers()
+    settings = replace(QUICK if args.quick else FULL, workers=args.workers)
+    if args.table_from:
+        saved = json.loads(args.table_from.read_text())
+        print(table(saved["systems"], Settings(**saved["settings"])))
+        return 0
+    if args.profile:
+        from bench.profile import profile
+
+        return profile(args)
+    only = [s for s in args.only.split(",") if s] or list(
+        QUICK_PLAN if args.quick else ALL_SYSTEMS)
+    unknown = [s for s in only if s not in SYSTEMS]
+    if unknown:
+        print(f"unknown system(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    workloads = {w for w in args.workloads.split(",") if w}
+    began = time.time()
+    for system in only:
+        env = SYSTEMS[system].env
+        if env is not None:
+            ensure_env(PEER_ENVS[env])
+    installed = time.time() - began
+    args.results.mkdir(parents=True, exist_ok=True)
+    private = PrivatePostgres() if args.pg == "private" else None
+    if private is not None and private.bin is None:
+        log("no local PostgreSQL binaries: using the shared server")
+        private = None
+    results: dict[str, dict[str, Any]] = {}
+    started = time.time()
+    dbs: Databases | None = None
+    try:
+        dbs = Databases(private.start() if private is not None else args.pg_url)
+        ctx = Context(dbs, args.results)
+        versions = dbs.server_versions()
+        for key in only:
+            system = SYSTEMS[key]
+            log(f"{system.label} …")
+            todo = workloads & QUICK_PLAN.get(key, set(WORKLOADS)) if args.quick else workloads
+            results[key] = run_system(ctx, system, settings, todo)
+    finally:
+        kill_all()
+        if dbs is not None:
+            dbs.drop_all()
+        if private is not None:
+            private.remove()
+    elapsed = time.time() - started
+    md = table(results, settings)
+    notes = [f"- {r['label']}: {r['note']}" for r in results.values() if r.get("note")]
+    mode = "quick" if args.quick else "full"
+    info = machine()
+    print(f"\n### dbscheduler benchmark ({mode}, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{info['cores']} cores {info['cpu']}, PostgreSQL {versions.get('postgresql')}, "
+          f"MariaDB {versions.get('mariadb')}; {elapsed:.0f} s)\n")
+    print(md)
+    print("\nCells: median (min–max) of the runs. " + " ".join(notes))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = args.results / f"bench-{mode}-{stamp}.json"
+    settings_dict = asdict(replace(settings))
+    path.write_text(json.dumps({
+        "mode": mode, "started": started, "seconds": elapsed, "install_seconds": installed,
+        "machine": info, "servers": versions, "settings": settings_dict,
+        "systems": results, "table": md,
+    }, indent=1, default=str))
+    log(f"wrote {path} ({elapsed:.0f} s, plus {installed:.0f} s checking/installing peers)")
+    return 0
