@@ -176,7 +176,9 @@ class Finisher:
     """
 
     def __init__(self, store: Store, node_id: str, heartbeat: Heartbeat, listeners: Listeners,
-                 after_write: Callable[[], None]) -> None:
+                 after_write: Callable[[datetime | None], None],
+                 poll_interval: timedelta) -> None:
+        self._poll_interval = poll_interval
         self._store = store
         self._node_id = node_id
         self._heartbeat = heartbeat
@@ -242,6 +244,7 @@ class Finisher:
                 _, stale = self._store.finish(
                     self._node_id,
                     lambda now: [self._write_for(e, now, written) for e in batch],  # noqa: B023
+                    self._poll_interval,
                 )
             except Exception as exc:
                 self._faults.failed(exc)
@@ -268,7 +271,8 @@ class Finisher:
                 self._emit(e, None)
             else:
                 self._emit(e, written[key])
-        self._after_write()
+        landed = [w.next_at for key, w in written.items() if key not in refused]
+        self._after_write(min(landed, default=None))
 
     def _write_for(
         self, e: Ended, now: datetime, written: dict[tuple[int, int], FinishWrite]

@@ -56,6 +56,9 @@ class Poller:
         self._stop = threading.Event()
         self._faults = FaultLog(log, "polling")
         self._clock_faults = FaultLog(log, "measuring the database clock offset")
+        self._last_poll = float("-inf")
+        self._next_due: datetime | None = None
+        self._next_due_known = False
         self._margin = safety_margin(lease)
         self._thread = threading.Thread(target=self._run, name="dbscheduler-poller", daemon=True)
 
@@ -82,29 +85,53 @@ class Poller:
             if timeout > 0 and not self._stop.is_set():
                 self._wakeup.wait(timeout)
 
-    def _step(self) -> float:
-        """Poll once, pick if something is due; return how long to sleep."""
-        known = self._tasks.keys()
+    def _poll(self) -> datetime:
+        """The full poll: next due time, table shape, clock offset. Returns db now."""
         before = time.monotonic()
-        state = self._store.poll(known)
+        state = self._store.poll(self._tasks.keys())
+        self._last_poll = time.monotonic()
+        self._next_due, self._next_due_known = state.next_due, True
         try:
-            self._clock.observe(state.db_now, before, time.monotonic())
+            self._clock.observe(state.db_now, before, self._last_poll)
         except Exception as exc:  # only informs sleeping and display: never worth a pick
             self._clock_faults.failed(exc)
         else:
             self._clock_faults.ok()
+        return state.db_now
+
+    def _step(self) -> float:
+        """Find the next due time (from a poll, or from what this node knows), pick if due;
+        return how long to sleep.
+
+        A full poll runs after anything only a poll can tell (a trigger, a NOTIFY, a
+        contended pick) and at least every ``poll_interval``; in between, the next due time
+        comes from the pick itself (PostgreSQL) and from the finishes this node wrote.
+        """
+        stale, hint = self._wakeup.take()
+        if hint is not None and self._next_due_known:
+            self._next_due = hint if self._next_due is None else min(self._next_due, hint)
+        since_poll = time.monotonic() - self._last_poll
+        if stale or not self._next_due_known or since_poll >= self._poll_interval:
+            now = self._poll()
+            since_poll = 0.0
+        else:
+            now = self._clock.db_now()
+        until_poll = self._poll_interval - since_poll
         free = self._executor.free
         if free <= 0:
-            return self._poll_interval  # a finishing execution wakes us
-        if state.next_due is None:
-            return self._poll_interval
-        wait = (state.next_due - state.db_now).total_seconds()
+            return until_poll  # a worker that becomes free wakes us
+        if self._next_due is None:
+            return until_poll
+        wait = (self._next_due - now).total_seconds()
         if wait > 0:
-            return min(wait, self._poll_interval)
+            return min(wait, until_poll)
         if self._stop.is_set():
             return 0
+        known = self._tasks.keys()
         sent = time.monotonic()
-        rows = self._store.pick(self._node_id, free, self._lease, known)
+        picked = self._store.pick(self._node_id, free, self._lease, known)
+        rows = picked.rows
+        self._next_due, self._next_due_known = picked.next_due, picked.next_due_known
         if rows and time.monotonic() - sent >= self._lease.total_seconds() - self._margin:
             # The answer came so late that the leases it granted may already have expired
             # and been taken by another node: running them could overlap. Give them back.
@@ -115,9 +142,13 @@ class Poller:
             return 0
         for row in rows:
             self._dispatch(row, sent)
-        # Picked some: poll again at once for the next due time. Picked none although a row
-        # was due: another node won it; look again very soon rather than spinning.
-        return 0 if rows else CONTENDED_RETRY
+        # Picked none although a row was due: another node won it; poll again very soon
+        # rather than spinning. Otherwise go round at once: the next due time is known, or
+        # the next step polls for it.
+        if not rows:
+            self._next_due_known = False
+            return CONTENDED_RETRY
+        return 0
 
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
         task = self._tasks[row["queue_name"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -14,12 +15,31 @@ log = logging.getLogger("dbscheduler.wakeup")
 
 
 class Wakeup:
-    """An event the poller sleeps on; anything that may make a task due sooner sets it."""
+    """What the poller sleeps on, and what woke it.
+
+    * :meth:`set`: something changed that only a poll can tell (a trigger, a NOTIFY);
+    * :meth:`hint`: this node wrote a row due at a known time (a finish): no poll needed;
+    * :meth:`nudge`: a worker became free.
+    """
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._stale = False
+        self._hint: datetime | None = None
 
     def set(self) -> None:
+        with self._lock:
+            self._stale = True
+        self._event.set()
+
+    def hint(self, due: datetime | None) -> None:
+        if due is not None:
+            with self._lock:
+                self._hint = due if self._hint is None else min(self._hint, due)
+        self._event.set()
+
+    def nudge(self) -> None:
         self._event.set()
 
     def wait(self, timeout: float) -> bool:
@@ -27,6 +47,13 @@ class Wakeup:
         woken = self._event.wait(max(0.0, timeout))
         self._event.clear()
         return woken
+
+    def take(self) -> tuple[bool, datetime | None]:
+        """``(stale, hint)`` gathered since the last call, and forget them."""
+        with self._lock:
+            stale, hint = self._stale, self._hint
+            self._stale, self._hint = False, None
+        return stale, hint
 
 
 class PgListener:

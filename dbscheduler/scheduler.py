@@ -262,7 +262,7 @@ class Scheduler:
         store, node = self._store, self.node_id
         self._heartbeat = Heartbeat(store, node, self.lease, self._lease_lost, self._cancelled)
         self._finisher = Finisher(store, node, self._heartbeat, self._listeners,
-                                  self._wakeup.set)
+                                  self._wakeup.hint, self.poll_interval)
         self._executor = Executor(self.max_workers, self._ended, self._listeners)
         self._poller = Poller(
             store=store, node_id=node, lease=self.lease, poll_interval=self.poll_interval,
@@ -368,7 +368,7 @@ class Scheduler:
     def _ended(self, ended: Ended) -> None:
         assert self._finisher is not None
         self._finisher.put(ended)
-        self._wakeup.set()  # a worker is free
+        self._wakeup.nudge()  # a worker is free
 
     def _lease_lost(self, ex: Execution) -> None:
         ex.ctx.stop_requested.set()

@@ -26,7 +26,7 @@ from .dialects import Dialect, PickedRow, db_now, db_now_plus, dialect_for
 from .errors import SchemaMismatch, SchemaMissing, TaskNotFound, TaskRunning
 from .table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name, to_utc
 
-__all__ = ["FinishWrite", "PollState", "Registration", "Store"]
+__all__ = ["FinishWrite", "Picked", "PollState", "Registration", "Store"]
 
 log = logging.getLogger("dbscheduler.store")
 
@@ -60,6 +60,16 @@ class PollState:
     """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
     shape: tuple[int, int | None] | None
     """``(count, max id)``, when checked: changes whenever a row is added or deleted."""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """What a pick took, and — where the backend tells it in the same round trip — when the
+    next row this node may pick is due (``next_due_known``; ``next_due`` None: none is)."""
+
+    rows: list[PickedRow]
+    next_due: datetime | None = None
+    next_due_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,46 +189,59 @@ class Store:
         self._retrying("registration", lambda: self._register(items))
 
     def _register(self, items: Sequence[Registration]) -> None:
-        t = self.table
+        t, b = self.table, sa.bindparam
+        # One order on every node: racing registrations lock rows in the same sequence.
+        ordered = sorted(items, key=lambda i: i.name)
         with self._begin() as conn:
             now = self._now(conn)
-            # One order on every node: racing registrations lock rows in the same sequence.
-            for item in sorted(items, key=lambda i: i.name):
-                first = item.first_run(now)
-                self.dialect.insert_if_absent(
-                    conn,
-                    t,
+            first = {item.name: item.first_run(now) for item in ordered}
+            present = {
+                r.queue_name: r.schedule
+                for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule))
+            }
+            missing = [item for item in ordered if item.name not in present]
+            if missing:
+                self.dialect.insert_many_if_absent(conn, t, [
                     {
                         "queue_name": item.name,
                         "payload": None,
                         "created_at": now,
-                        "next_process_at": first,
+                        "next_process_at": first[item.name],
                         "attempt": 0,
                         "reenqueue_attempt": 0,
                         "total_attempt": 0,
                         "paused": False,
                         "schedule": item.schedule,
                         "stop_requested": False,
-                    },
-                )
+                    }
+                    for item in missing
+                ])
+            # Rows another node inserted meanwhile are checked too: the statement itself only
+            # touches rows whose schedule text differs.
+            check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
+            if check:
                 idle = t.c.locked_by.is_(None)
                 changed = conn.execute(
                     sa.update(t)
                     .where(
-                        t.c.queue_name == item.name,
-                        sa.or_(t.c.schedule.is_(None), t.c.schedule != item.schedule),
+                        t.c.queue_name == b("r_name", type_=t.c.queue_name.type),
+                        sa.or_(t.c.schedule.is_(None),
+                               t.c.schedule != b("r_schedule", type_=t.c.schedule.type)),
                     )
                     .values(
-                        schedule=item.schedule,
+                        schedule=b("r_schedule", type_=t.c.schedule.type),
                         next_process_at=sa.case(
-                            (idle, sa.literal(first, t.c.next_process_at.type)),
+                            (idle, b("r_first", type_=t.c.next_process_at.type)),
                             else_=t.c.next_process_at,
                         ),
                         attempt=sa.case((idle, 0), else_=t.c.attempt),
-                    )
+                    ),
+                    [{"r_name": i.name, "r_schedule": i.schedule, "r_first": first[i.name]}
+                     for i in check],
                 ).rowcount
-                if changed:
-                    log.info("task %r: schedule changed to %r", item.name, item.schedule)
+                if changed and changed > 0:
+                    log.info("%d task(s) registered with a changed schedule: %s", changed,
+                             ", ".join(repr(i.name) for i in check if i.name in present))
             if items and self.dialect.supports_notify:
                 self.dialect.notify(conn, self.channel, "")
 
@@ -270,13 +293,16 @@ class Store:
         return self.dialect.names_in(t.c.queue_name, sorted(known))
 
     # -- the pick ------------------------------------------------------------------------
-    def pick(
-        self, node_id: str, limit: int, lease: timedelta, known: Collection[str]
-    ) -> list[PickedRow]:
+    def pick(self, node_id: str, limit: int, lease: timedelta, known: Collection[str]) -> Picked:
         """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2)."""
         if limit <= 0:
-            return []
-        return self._retrying("pick", lambda: self._pick(node_id, limit, lease, known))
+            return Picked([])
+        rows = self._retrying("pick", lambda: self._pick(node_id, limit, lease, known))
+        if rows and "next_due" in rows[0] and len(rows) < limit:
+            # Fewer rows than asked: every due row was taken, so the backend's "earliest
+            # later row" is this node's next due time.
+            return Picked(rows, to_utc(rows[0]["next_due"]), True)
+        return Picked(rows)
 
     def _pick(
         self, node_id: str, limit: int, lease: timedelta, known: Collection[str]
@@ -301,7 +327,11 @@ class Store:
                     conn.rollback()
                     continue
                 self._unpick(conn, node_id, strangers)
-                return [r for r in rows if r["queue_name"] in known]
+                return [
+                    {k: v for k, v in r.items() if k != "next_due"}  # the filter was wrong
+                    for r in rows
+                    if r["queue_name"] in known
+                ]
         return []
 
     def _unpick(self, conn: Connection, node_id: str, rows: Sequence[PickedRow]) -> None:
@@ -375,17 +405,27 @@ class Store:
         return alive, stop
 
     def finish(
-        self, node_id: str, make_writes: Callable[[datetime], Sequence[FinishWrite]]
+        self,
+        node_id: str,
+        make_writes: Callable[[datetime], Sequence[FinishWrite]],
+        notify_within: timedelta = timedelta(seconds=1),
     ) -> tuple[datetime, list[FinishWrite]]:
         """Write finished executions in one transaction, fenced; returns (db now, stale writes).
 
         ``make_writes`` receives the database time (the finish time) and returns the writes;
-        a write whose token moved on (another node owns the row) changes nothing.
+        a write whose token moved on (another node owns the row) changes nothing. Sleeping
+        nodes are notified when a new due time comes within ``notify_within`` (their poll
+        interval): anything later, their next poll sees in time.
         """
-        return self._retrying("finish", lambda: self._finish(node_id, make_writes))
+        return self._retrying(
+            "finish", lambda: self._finish(node_id, make_writes, notify_within)
+        )
 
     def _finish(
-        self, node_id: str, make_writes: Callable[[datetime], Sequence[FinishWrite]]
+        self,
+        node_id: str,
+        make_writes: Callable[[datetime], Sequence[FinishWrite]],
+        notify_within: timedelta,
     ) -> tuple[datetime, list[FinishWrite]]:
         with self._begin() as conn:
             now = self._now(conn)
@@ -405,8 +445,10 @@ class Store:
                 stale = []
             else:
                 stale = self._stale(conn, writes)
-            if self.dialect.supports_notify:
-                # The next occurrence may be due at once (FixedDelay(0), a retry): wake peers.
+            soon = now + notify_within
+            if self.dialect.supports_notify and any(w.next_at <= soon for w in writes):
+                # The next occurrence is due before the peers' next poll (FixedDelay(0), a
+                # retry): wake them.
                 self.dialect.notify(conn, self.channel, "")
         return now, stale
 
@@ -506,13 +548,22 @@ class Store:
         return value
 
     def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:
+        self._known_shape(name)
         row = conn.execute(sa.select(self.table).where(self.table.c.queue_name == name)).first()
         if row is None:
             raise TaskNotFound(name, self.table_name)
         return dict(row._mapping)
 
+    def _known_shape(self, name: str) -> None:
+        """A name that no task can have is not found (MySQL would match "a " to "a")."""
+        try:
+            validate_name(name)
+        except ValueError:
+            raise TaskNotFound(str(name), self.table_name) from None
+
     def _update_idle(self, name: str, what: str, **values: Any) -> None:
         """Update a task that must not be running (its next time is its lease while it runs)."""
+        self._known_shape(name)
         t = self.table
         with self._begin() as conn:
             done = conn.execute(
@@ -538,6 +589,7 @@ class Store:
 
     def set_paused(self, name: str, paused: bool) -> None:
         """Pause (never picked, cluster-wide) or resume a task. A running execution goes on."""
+        self._known_shape(name)
         t = self.table
         with self._begin() as conn:
             if not conn.execute(
@@ -549,6 +601,7 @@ class Store:
 
     def cancel(self, name: str) -> bool:
         """Ask the running execution to stop; False (and nothing changed) when it is idle."""
+        self._known_shape(name)
         t = self.table
         with self._begin() as conn:
             done = conn.execute(
@@ -562,6 +615,7 @@ class Store:
 
     def delete(self, name: str, force: bool = False) -> None:
         """Delete the task's row; a running task only with ``force=True``."""
+        self._known_shape(name)
         t = self.table
         with self._begin() as conn:
             where = [t.c.queue_name == name]

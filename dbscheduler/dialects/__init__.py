@@ -29,11 +29,13 @@ _BY_NAME: dict[str, type[Dialect]] = {
 def engine_options(backend: str, lease: timedelta) -> dict[str, Any]:
     """``create_engine`` options for an engine the Scheduler creates itself.
 
-    Timeouts turn a hung connection (a partition, a dead server) into an error within about a
-    lease, instead of a thread stuck forever; on MySQL/MariaDB, READ COMMITTED keeps the
-    pick's locking read from taking gap locks, which made concurrent picks deadlock.
+    Timeouts turn a hung connection (a partition, a dead server) into an error instead of a
+    thread stuck forever. They are generous (two leases and ten seconds): leases are guarded
+    by the heartbeat's watchdog, not by them, and a statement that merely waits for a lock
+    must not fail. On MySQL/MariaDB, READ COMMITTED keeps the pick's locking read from
+    taking gap locks, which made concurrent picks deadlock.
     """
-    ms = max(1000, int(lease.total_seconds() * 1000))
+    ms = int((2 * lease.total_seconds() + 10) * 1000)
     if backend == "postgresql":
         return {"connect_args": {"connect_timeout": 10, "tcp_user_timeout": ms,
                                  "options": f"-c statement_timeout={ms}"}}

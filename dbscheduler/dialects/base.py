@@ -94,6 +94,13 @@ class Dialect:
         else:
             savepoint.commit()
 
+    def insert_many_if_absent(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """:meth:`insert_if_absent` for many rows (one statement where the backend allows)."""
+        for values in rows:
+            self.insert_if_absent(conn, table, values)
+
     # -- filters -------------------------------------------------------------------------
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         """``column IN names``, built so that thousands of names are still one parameter."""

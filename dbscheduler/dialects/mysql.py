@@ -7,7 +7,7 @@ Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,3 +43,9 @@ class MySQLDialect(Dialect):
         # errors (truncation, bad values) as warnings.
         stmt = mysql_insert(table).values(**values)
         conn.execute(stmt.on_duplicate_key_update(id=table.c.id))
+
+    def insert_many_if_absent(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        stmt = mysql_insert(table).on_duplicate_key_update(id=table.c.id)
+        conn.execute(stmt, list(rows))

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.util import ClauseAdapter
 
 from .base import Dialect, PickedRow, db_now, db_now_plus
 
@@ -47,6 +48,12 @@ class PostgreSQLDialect(Dialect):
         )
         conn.execute(stmt)
 
+    def insert_many_if_absent(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        stmt = pg_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
+        conn.execute(stmt, list(rows))
+
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         # One array parameter instead of thousands of IN placeholders.
         return column == sa.any_(sa.literal(list(names), ARRAY(sa.Unicode())))
@@ -62,6 +69,7 @@ class PostgreSQLDialect(Dialect):
         node_id: str,
     ) -> list[PickedRow]:
         t = table
+        later = t.alias("later")
         due = (
             sa.select(
                 t.c.id,
@@ -92,6 +100,13 @@ class PostgreSQLDialect(Dialect):
                 due.c.prev_locked_by,
                 due.c.prev_next_process_at,
                 due.c.prev_last_started_at,
+                # The statement's snapshot still shows picked rows at their old (past) due
+                # times, so "> now" leaves exactly the rows due later: the poller's next
+                # wake-up, without another round trip.
+                sa.select(sa.func.min(later.c.next_process_at))
+                .where(ClauseAdapter(later).traverse(where), later.c.next_process_at > db_now())
+                .scalar_subquery()
+                .label("next_due"),
             )
         )
         return [dict(r) for r in conn.execute(stmt).mappings()]

@@ -71,6 +71,12 @@ class SQLiteDialect(Dialect):
         )
         conn.execute(stmt)
 
+    def insert_many_if_absent(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        stmt = sqlite_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
+        conn.execute(stmt, list(rows))
+
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         each = sa.func.json_each(sa.literal(json.dumps(list(names)))).table_valued("value")
         return column.in_(sa.select(each.c.value))

@@ -289,13 +289,13 @@ def test_a_row_added_behind_the_name_cache_is_given_back(migrated: tuple[str, st
     store.dialect.configure_engine(engine)
     later = timedelta(hours=1)
     store.register([Registration("mine", "fixed-rate 1h", lambda now: now + later)])
-    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []  # caches: all known
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []  # caches: all known
     other.register([Registration("theirs", "fixed-rate 1h", lambda now: now)])  # due at once
     before = store.info("theirs")
-    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []
     after = store.info("theirs")
     assert (after.locked_by, after.next_process_at, after.attempt, after.last_started_at) == (
         None, before.next_process_at, 0, None)
-    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}) == []
+    assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []
     assert store.info("theirs").total_attempt <= 1, "filtered by name from then on"
     engine.dispose()

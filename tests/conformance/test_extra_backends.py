@@ -196,16 +196,16 @@ def test_a_second_picker_skips_rows_the_first_holds_without_waiting(
         assert taken_by_b == set(names) - {held[0]["queue_name"]}
     # SQL Server may hold every due row its plan read for A's TOP (a scan + sort on a tiny
     # table), so B may get fewer; once A is done, nothing is left behind.
-    rest = b.pick("B", 5, LEASE, names)
+    rest = b.pick("B", 5, LEASE, names).rows
     assert taken_by_b | {r["queue_name"] for r in rest} | {held[0]["queue_name"]} == set(names)
-    assert b.pick("C", 5, LEASE, names) == [], "every row is leased"
+    assert b.pick("C", 5, LEASE, names).rows == [], "every row is leased"
 
 
 def test_pick_heartbeat_and_finish_are_fenced(stores: Callable[[], Store]) -> None:
     a, b = stores(), stores()
     a.register([_due_now("fenced")])
     now = a.db_now()
-    (ra,) = a.pick("A", 4, LEASE, ["fenced"])
+    (ra,) = a.pick("A", 4, LEASE, ["fenced"]).rows
     assert ra["locked_by"] == "A" and ra["prev_locked_by"] is None
     assert ra["attempt"] == 1 and ra["total_attempt"] == 1
     started = _aware_utc(ra["last_started_at"])
@@ -221,7 +221,7 @@ def test_pick_heartbeat_and_finish_are_fenced(stores: Callable[[], Store]) -> No
     assert _aware_utc(a.info("fenced").heartbeat_at) >= started
 
     _make_due(a, "fenced")  # A's node "vanished": its lease is over
-    (rb,) = b.pick("B", 4, LEASE, ["fenced"])
+    (rb,) = b.pick("B", 4, LEASE, ["fenced"]).rows
     assert rb["total_attempt"] == 2 and rb["attempt"] == 2
     assert rb["prev_locked_by"] == "A"
     assert rb["prev_last_started_at"] == started
@@ -250,12 +250,12 @@ def test_release_makes_the_row_due_at_once_and_gives_the_attempt_back(
 ) -> None:
     a, b = stores(), stores()
     a.register([_due_now("released")])
-    (ra,) = a.pick("A", 1, LEASE, ["released"])
+    (ra,) = a.pick("A", 1, LEASE, ["released"]).rows
     assert a.release("A", {ra["id"]: ra["total_attempt"]}) == 1
     info = a.info("released")
     assert info.locked_by is None and info.attempt == 0
     assert info.next_process_at <= a.db_now()
-    (rb,) = b.pick("B", 1, LEASE, ["released"])
+    (rb,) = b.pick("B", 1, LEASE, ["released"]).rows
     assert rb["prev_locked_by"] is None and rb["attempt"] == 1
 
 
@@ -264,7 +264,7 @@ def test_cancel_reaches_the_running_execution_through_its_heartbeat(
 ) -> None:
     store = stores()
     store.register([_due_now("long")])
-    (row,) = store.pick("A", 1, LEASE, ["long"])
+    (row,) = store.pick("A", 1, LEASE, ["long"]).rows
     assert store.cancel("long") is True
     assert store.heartbeat("A", LEASE, {row["id"]: row["total_attempt"]}) == (
         {row["id"]}, {row["id"]})
@@ -290,9 +290,9 @@ def test_operations_on_case_sensitive_unicode_names(stores: Callable[[], Store])
     store.set_paused("report", True)
     assert store.info("report").paused is True
     # Both are due now; the paused one is never picked.
-    assert [r["queue_name"] for r in store.pick("A", 5, LEASE, names)] == ["Report"]
+    assert [r["queue_name"] for r in store.pick("A", 5, LEASE, names).rows] == ["Report"]
     store.set_paused("report", False)
-    assert [r["queue_name"] for r in store.pick("A", 5, LEASE, names)] == ["report"]
+    assert [r["queue_name"] for r in store.pick("A", 5, LEASE, names).rows] == ["report"]
 
     assert store.cancel("tâche-ü") is False, "idle: nothing to cancel"
     store.delete("tâche-ü")
