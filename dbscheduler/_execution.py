@@ -67,6 +67,8 @@ class Execution:
     started_mono: float = field(default_factory=time.monotonic)
     lease_until: float = float("inf")
     """Monotonic time by which the lease surely ends, unless a heartbeat extends it."""
+    margin: float = 0.0
+    """How long before ``lease_until`` the node already counts the lease lost."""
     lease_lost: bool = False
     cancel_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)

@@ -44,6 +44,10 @@ def truncate(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_LIMIT else text[: ERROR_TEXT_LIMIT - 1] + "…"
 
 
+class _LeaseExpired(Exception):
+    """Raised inside the executor only: the execution's lease ended before it started."""
+
+
 @dataclass(frozen=True)
 class Ended:
     """A task function's return, waiting for its finish to be written."""
@@ -70,7 +74,7 @@ class Executor:
         self._on_ended = on_ended
         self._listeners = listeners
         self._lock = threading.Lock()
-        self._running: dict[int, Execution] = {}
+        self._running: dict[tuple[int, int], Execution] = {}
         self._queue: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._workers = [
             threading.Thread(target=self._work, name=f"dbscheduler-worker-{i}", daemon=True)
@@ -91,7 +95,7 @@ class Executor:
 
     def submit(self, ex: Execution) -> None:
         with self._lock:
-            self._running[ex.id] = ex
+            self._running[(ex.id, ex.token)] = ex
         self._queue.put(ex)
 
     def _work(self) -> None:
@@ -133,13 +137,19 @@ class Executor:
 
     def _run(self, ex: Execution) -> None:
         task = ex.task
-        self._listeners.emit("on_started", ex.ctx)
-        log.debug("task %r started (attempt %d, token %d)", task.name, ex.ctx.attempt, ex.token)
         status: Status = "success"
         error: str | None = None
         state: Any = UNSET
         next_at: datetime | None = None
         try:
+            if ex.lease_lost or time.monotonic() >= ex.lease_until - ex.margin:
+                # The node was frozen (or starved) between the pick and now: the lease may
+                # already belong to another node. Never start a function without a lease.
+                ex.ctx.stop_requested.set()
+                raise _LeaseExpired("the lease ran out before the execution could start")
+            self._listeners.emit("on_started", ex.ctx)
+            log.debug("task %r started (attempt %d, token %d)", task.name, ex.ctx.attempt,
+                      ex.token)
             args = (ex.ctx,) if task.takes_context else ()
             if task.is_coroutine:
                 coro: Coroutine[Any, Any, Any] = task.fn(*args)
@@ -153,6 +163,9 @@ class Executor:
             elif value is not None:
                 log.debug("task %r returned %r; ignored (return a Result to store state)",
                           task.name, value)
+        except _LeaseExpired as exc:
+            status, error = "lost", str(exc)
+            log.warning("task %r (token %d): %s; not run", task.name, ex.token, exc)
         except BaseException as exc:  # a task must never kill its worker
             # SystemExit and KeyboardInterrupt too: re-raised, they would end this worker
             # thread, and a node that loses all its workers holds leases it never runs.
@@ -163,7 +176,7 @@ class Executor:
                 status = "cancelled"
             ended = Ended(ex, status, error, state, next_at, time.monotonic())
             with self._lock:
-                self._running.pop(ex.id, None)
+                self._running.pop((ex.id, ex.token), None)
             ex.done.set()
             self._on_ended(ended)
 

@@ -174,6 +174,7 @@ class Poller:
         execution = Execution(task, ctx, int(row["id"]), int(row["total_attempt"]))
         # The database set the lease after the pick was sent: it surely ends after this.
         execution.lease_until = sent + self._lease.total_seconds()
+        execution.margin = self._margin
         self._heartbeat.track(execution)
         self._executor.submit(execution)
 
@@ -228,4 +229,5 @@ class Poller:
         self._store.finish(self._node_id, lambda finished: [FinishWrite(
             int(row["id"]), token, status="lost", next_at=plan.next_at, attempt=plan.attempt,
             finished_at=finished, error=error)])
+        self._wakeup.hint(plan.next_at)  # a due time this node just wrote
         return None

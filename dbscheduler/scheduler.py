@@ -287,20 +287,20 @@ class Scheduler:
         """
         while True:
             with self._lock:
-                if self._state in ("new", "stopped"):
+                state = self._state
+                if state in ("new", "stopped"):
                     self._state = "stopped"
                     self._stopped.set()
                     return
-                if self._state in ("running", "start-failed"):
+                if state == "running":
                     self._state = "stopping"
                     break
-                if self._state == "stopping":
-                    break
+            if state == "stopping":  # another thread is shutting down: wait for it
+                self._stopped.wait(timeout)
+                return
             # "starting": a signal arrived while start() runs; let it finish, then stop.
             time.sleep(0.05)
-        if not (self._poller and self._executor and self._finisher and self._heartbeat):
-            self._stopped.wait(timeout)  # another thread is already shutting down
-            return
+        assert self._poller and self._executor and self._finisher and self._heartbeat
         self._poller.stop()
         for ex in self._executor.running():
             ex.ctx.stop_requested.set()
