@@ -199,6 +199,7 @@ class Finisher:
         self._after_write = after_write
         self._queue: queue.Queue[Ended | None] = queue.Queue()
         self._pending = 0
+        self._unwritten: dict[tuple[int, int], Execution] = {}
         self._idle = threading.Condition()
         self._faults = FaultLog(log, "writing finished executions")
         self._stopping = threading.Event()
@@ -210,7 +211,13 @@ class Finisher:
     def put(self, ended: Ended) -> None:
         with self._idle:
             self._pending += 1
+            self._unwritten[(ended.execution.id, ended.execution.token)] = ended.execution
         self._queue.put(ended)
+
+    def unwritten(self) -> list[Execution]:
+        """Executions that ended and whose finish is not written (or refused) yet."""
+        with self._idle:
+            return list(self._unwritten.values())
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything put so far is written (or given up); True if so in time."""
@@ -243,6 +250,8 @@ class Finisher:
             self._write_batch(batch)
             with self._idle:
                 self._pending -= len(batch)
+                for e in batch:
+                    self._unwritten.pop((e.execution.id, e.execution.token), None)
                 self._idle.notify_all()
 
     def _write_batch(self, batch: list[Ended]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,7 +42,9 @@ class Poller:
         listeners: Listeners,
         wakeup: Wakeup,
         clock: Clock,
+        unwritten: Callable[[], list[Execution]],
     ) -> None:
+        self._finisher_unwritten = unwritten
         self._store = store
         self._node_id = node_id
         self._lease = lease
@@ -129,7 +131,7 @@ class Poller:
             return 0
         known = self._tasks.keys()
         sent = time.monotonic()
-        picked = self._store.pick(self._node_id, free, self._lease, known)
+        picked = self._store.pick(self._node_id, free, self._lease, known, self._in_flight(sent))
         rows = picked.rows
         self._next_due, self._next_due_known = picked.next_due, picked.next_due_known
         if rows and time.monotonic() - sent >= self._lease.total_seconds() - self._margin:
@@ -149,6 +151,14 @@ class Poller:
             self._next_due_known = False
             return CONTENDED_RETRY
         return 0
+
+    def _in_flight(self, now: float) -> set[int]:
+        """Rows whose execution is still here (running, or its finish not yet written) and
+        whose lease may have run out: this node must not pick them again — after an outage
+        its own finish is on the way. Other nodes may (that is a real takeover). Usually
+        empty, so the pick statement usually carries no extra condition."""
+        held = [*self._executor.running(), *self._finisher_unwritten()]
+        return {ex.id for ex in held if ex.lease_lost or now >= ex.lease_until - ex.margin}
 
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
         task = self._tasks[row["queue_name"]]

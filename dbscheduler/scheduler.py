@@ -268,6 +268,7 @@ class Scheduler:
             store=store, node_id=node, lease=self.lease, poll_interval=self.poll_interval,
             tasks=self._tasks, executor=self._executor, heartbeat=self._heartbeat,
             listeners=self._listeners, wakeup=self._wakeup, clock=self.clock,
+            unwritten=self._finisher.unwritten,
         )
         if store.dialect.supports_notify:
             self._listener = PgListener(self.engine, store.channel, self._wakeup)

@@ -293,11 +293,21 @@ class Store:
         return self.dialect.names_in(t.c.queue_name, sorted(known))
 
     # -- the pick ------------------------------------------------------------------------
-    def pick(self, node_id: str, limit: int, lease: timedelta, known: Collection[str]) -> Picked:
-        """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2)."""
+    def pick(
+        self,
+        node_id: str,
+        limit: int,
+        lease: timedelta,
+        known: Collection[str],
+        exclude: Collection[int] = (),
+    ) -> Picked:
+        """Take up to ``limit`` due, unpaused rows among ``known`` names (DESIGN §3.2),
+        except the rows ``exclude`` (ids whose execution this node still has in flight)."""
         if limit <= 0:
             return Picked([])
-        rows = self._retrying("pick", lambda: self._pick(node_id, limit, lease, known))
+        rows = self._retrying(
+            "pick", lambda: self._pick(node_id, limit, lease, known, exclude)
+        )
         if rows and "next_due" in rows[0] and len(rows) < limit:
             # Fewer rows than asked: every due row was taken, so the backend's "earliest
             # later row" is this node's next due time.
@@ -305,7 +315,12 @@ class Store:
         return Picked(rows)
 
     def _pick(
-        self, node_id: str, limit: int, lease: timedelta, known: Collection[str]
+        self,
+        node_id: str,
+        limit: int,
+        lease: timedelta,
+        known: Collection[str],
+        exclude: Collection[int],
     ) -> list[PickedRow]:
         single = self.dialect.single_statement_pick
         for _ in range(2):
@@ -314,6 +329,8 @@ class Store:
                 where = self.table.c.paused == False  # noqa: E712
                 if name_filter is not None:
                     where = sa.and_(where, name_filter)
+                if exclude:
+                    where = sa.and_(where, self.table.c.id.not_in(sorted(exclude)))
                 rows = self.dialect.pick(
                     conn, self.table, where=where, limit=limit, lease=lease, node_id=node_id
                 )

@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
@@ -43,6 +42,7 @@ from dbscheduler import (
 )
 from dbscheduler.table import make_table
 from tests.chaos.checks import read_table
+from tests.helpers import running, wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -53,21 +53,6 @@ def names_in(url: str, table: str) -> list[str]:
     return sorted(str(r["queue_name"]) for r in read_table(url, table).rows)
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-@contextmanager
-def running(scheduler: Scheduler) -> Iterator[Scheduler]:
-    scheduler.start()
-    try:
-        yield scheduler
-    finally:
-        scheduler.shutdown(timeout=5)
 
 
 def ops_for(url: str, table: str) -> Scheduler:

@@ -12,8 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,6 +22,7 @@ import sqlalchemy as sa
 from dbscheduler import Dynamic, FixedDelay, FixedRate, Scheduler, TaskContext
 from dbscheduler.store import Registration, Store
 from tests.chaos.faults import proxy_for
+from tests.helpers import running, wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -45,21 +45,6 @@ class Ticks:
             return sum(t >= since for t in self.times.get(name, []))
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-@contextmanager
-def running(scheduler: Scheduler) -> Iterator[Scheduler]:
-    scheduler.start()
-    try:
-        yield scheduler
-    finally:
-        scheduler.shutdown(timeout=5)
 
 
 def engine_threads() -> set[str]:

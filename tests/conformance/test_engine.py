@@ -23,15 +23,7 @@ from dbscheduler import (
     TaskContext,
     TaskInfo,
 )
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or condition}")
+from tests.helpers import wait_until
 
 
 @pytest.fixture
