@@ -50,7 +50,3 @@ class Clock:
         if self._db_minus_mono is None:
             return datetime.fromtimestamp(local_time(), timezone.utc)
         return datetime.fromtimestamp(time.monotonic() + self._db_minus_mono, timezone.utc)
-
-    def seconds_until(self, db_time: datetime) -> float:
-        """Seconds from now until ``db_time`` on the database clock (negative when past)."""
-        return (db_time - self.db_now()).total_seconds()
