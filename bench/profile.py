@@ -74,7 +74,7 @@ BREAKDOWN = (
     ("Store.poll (the poll query)", ("Store.poll ",)),
     ("Store.pick (the pick)", ("Store.pick ",)),
     ("Store.finish (the finish transaction)", ("Store.finish ",)),
-    ("  … SELECT now() of the finish", ("Store._now ",)),
+    ("  … SELECT now() of the finish", ("StoreBase.now ",)),
     ("  … NOTIFY of the finish", ("notify ",)),
     ("  … the fenced UPDATEs (executemany)", ("Cursor.executemany ",)),
     ("connection checkout + pre-ping", ("_do_ping_w_event ", "Pool.connect ")),

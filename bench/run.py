@@ -50,6 +50,8 @@ from bench.workloads import (
 )
 
 WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "wakeup", "failover")
+OPTIONAL_WORKLOADS = ("observability",)
+"""Run only when named in ``--workloads`` (dbscheduler systems only)."""
 
 QUICK = Settings(
     windows=3, window=0.4,
@@ -59,7 +61,7 @@ QUICK = Settings(
     failover_runs=3, failover_lease=1.0,
 )
 QUICK_PLAN = {
-    "dbs-pg": set(WORKLOADS),
+    "dbs-pg": {*WORKLOADS, *OPTIONAL_WORKLOADS},
     "aps3": {"lag", "throughput1", "throughput3", "idle"},
     "aps4": {"lag", "throughput1", "idle"},
     "procrastinate": {"lag", "throughput1", "idle"},
@@ -83,11 +85,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="short windows, fewer steps (< 2 min)")
     p.add_argument("--only", default="", help=f"comma-separated systems: {', '.join(SYSTEMS)}")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help=f"comma-separated: {', '.join(WORKLOADS)}")
+                   help=f"comma-separated: {', '.join(WORKLOADS)}; also "
+                        f"{', '.join(OPTIONAL_WORKLOADS)} (metrics + tracing on vs off)")
     p.add_argument("--profile", action="store_true",
                    help="profile dbscheduler (PostgreSQL, one node) under workload 2 instead")
     p.add_argument("--profile-rate", type=int, default=4000, help="offered executions/s")
     p.add_argument("--profile-seconds", type=float, default=10.0)
+    p.add_argument("--heartbeat", action="store_true",
+                   help="heartbeat spacing under busy CPU-bound threads instead (bench.heartbeat)")
+    p.add_argument("--heartbeat-url", default=None,
+                   help="database of the heartbeat workload (default: a temporary SQLite file)")
+    p.add_argument("--heartbeat-threads", default="0,4,16",
+                   help="comma-separated numbers of busy threads (default 0,4,16)")
+    p.add_argument("--heartbeat-lease", type=float, default=3.0,
+                   help="lease of the heartbeat workload's node, s (beats every lease / 3)")
+    p.add_argument("--heartbeat-seconds", type=float, default=10.0,
+                   help="measurement per number of busy threads, s")
     p.add_argument("--workers", type=int, default=32,
                    help="max_workers / pool size / concurrency of every system (default 32)")
     p.add_argument("--results", type=Path, default=BENCH / "results")
@@ -164,6 +177,10 @@ def run_system(ctx: Context, system: System, settings: Settings,
         guarded("wakeup", lambda: wakeup_session(ctx, system, settings))
     if system.is_dbs and "failover" in workloads:
         guarded("failover", lambda: failover_session(ctx, system, settings))
+    if system.is_dbs and "observability" in workloads:
+        from bench.observability import observability_session
+
+        guarded("observability", lambda: observability_session(ctx, system, settings))
     return out
 
 
@@ -217,6 +234,17 @@ def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | st
     if isinstance(fo, list):
         cells["failover"] = Figure.of(r["seconds"] for r in fo)
         cells["failover_lease"] = str(fo[0]["lease"]) if fo else None
+    obs = result.get("observability")
+    if isinstance(obs, dict) and "windows" in obs:
+        for mode, wins in obs["windows"].items():
+            cells[f"obs_{mode}"] = Figure.of(w["executions_per_s"] for w in wins)
+            cells[f"obs_{mode}_p99"] = Figure.of(w["lag_p99_ms"] for w in wins)
+            cells[f"obs_{mode}_cpu"] = Figure.of(w["cpu_us_per_execution"] for w in wins)
+            if "listener_us" in obs:
+                cells[f"obs_{mode}_listeners"] = Figure.of([obs["listener_us"][mode]])
+            if mode != "off":
+                cells[f"obs_{mode}_loss"] = (f"{-obs[f'{mode}_loss_percent']:+.1f} % exec/s, "
+                                             f"{obs[f'{mode}_cpu_extra_percent']:+.0f} % CPU")
     return cells
 
 
@@ -244,6 +272,25 @@ ROWS: tuple[tuple[str, str, int, str], ...] = (
     ("wake_p99", "… p99 ms (target ≤ 50 on PostgreSQL)", 1, ""),
     ("failover", "failover, kill -9 → start on other node, s", 2, ""),
     ("failover_lease", "… lease, s (target ≤ lease + 1)", 0, ""),
+    ("obs_off", "observability off, 2,000/s offered: exec/s", 0, ""),
+    ("obs_off_p99", "… lag p99 ms", 1, ""),
+    ("obs_off_cpu", "… node CPU µs per execution", 0, ""),
+    ("obs_off_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
+    ("obs_metrics", "PrometheusMetrics: exec/s", 0, ""),
+    ("obs_metrics_p99", "… lag p99 ms", 1, ""),
+    ("obs_metrics_cpu", "… node CPU µs per execution", 0, ""),
+    ("obs_metrics_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
+    ("obs_metrics_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
+    ("obs_tracing", "metrics + tracing, every span recorded: exec/s", 0, ""),
+    ("obs_tracing_p99", "… lag p99 ms", 1, ""),
+    ("obs_tracing_cpu", "… node CPU µs per execution", 0, ""),
+    ("obs_tracing_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
+    ("obs_tracing_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
+    ("obs_sampled", "metrics + tracing, 10 % of traces sampled: exec/s", 0, ""),
+    ("obs_sampled_p99", "… lag p99 ms", 1, ""),
+    ("obs_sampled_cpu", "… node CPU µs per execution", 0, ""),
+    ("obs_sampled_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
+    ("obs_sampled_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
 )
 
 
@@ -272,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(args.table_from.read_text())
         print(table(saved["systems"], Settings(**saved["settings"])))
         return 0
+    if args.heartbeat:
+        from bench.heartbeat import heartbeat
+
+        return heartbeat(args)
     if args.profile:
         from bench.profile import profile
 

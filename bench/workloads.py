@@ -195,7 +195,7 @@ def start_nodes(ctx: Context, system: System, backend: Backend, count: int,
 # -- rate sessions: start lag and throughput ------------------------------------------------
 def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_count: int,
                  period: float, rates: tuple[int, ...], stop_on_fail: bool,
-                 label: str) -> list[dict[str, Any]]:
+                 label: str, node_config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Start nodes, then for each rate make enough tasks due every ``period`` s to offer it,
     measure ``settings.windows`` windows, and move on (stopping at the first rate most
     windows fail, when ``stop_on_fail``). Returns one dict per step."""
@@ -213,7 +213,7 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
     with nodes_cleanup() as nodes:
         start_nodes(ctx, system, backend, nodes_count, nodes, mode="rate", n=n_max,
                     period=period, workers=settings.workers, lease=settings.lease,
-                    poll=settings.poll)
+                    poll=settings.poll, **(node_config or {}))
         targets = nodes[:1] if system.shared_activation else nodes
         phases: dict[int, float] = {}
         active = 0

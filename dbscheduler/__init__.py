@@ -11,24 +11,40 @@ crashed nodes with no extra infrastructure: the database you already have is the
 >>> scheduler.run()                                            # doctest: +SKIP
 """
 
+from .client import Client
 from .context import Result, TaskContext, TaskInfo
-from .errors import SchedulerError, SchemaMismatch, SchemaMissing, TaskNotFound, TaskRunning
-from .failures import ArithmeticBackoff, GeometricBackoff, LinearBackoff, NoRetry
-from .listeners import Outcome
+from .errors import (
+    DatabaseUnreachable,
+    SchedulerError,
+    SchemaMismatch,
+    SchemaMissing,
+    TaskNotFound,
+    TaskRunning,
+)
+from .failures import ArithmeticBackoff, FailureSettings, GeometricBackoff, LinearBackoff, NoRetry
+from .health import Health
+from .listeners import Listener, Outcome
 from .scheduler import Scheduler
-from .schedules import Cron, Dynamic, FixedDelay, FixedRate
+from .schedules import Cron, Dynamic, FixedDelay, FixedRate, Once, Schedule
 
 __all__ = [
     "ArithmeticBackoff",
+    "Client",
     "Cron",
+    "DatabaseUnreachable",
     "Dynamic",
+    "FailureSettings",
     "FixedDelay",
     "FixedRate",
     "GeometricBackoff",
+    "Health",
     "LinearBackoff",
+    "Listener",
     "NoRetry",
+    "Once",
     "Outcome",
     "Result",
+    "Schedule",
     "Scheduler",
     "SchedulerError",
     "SchemaMismatch",

@@ -1,4 +1,5 @@
-"""A registered task and one running execution of it: the records the engine passes around."""
+"""A registered task, one running execution of it and how it ended: the records the engine
+passes around."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from .context import TaskContext
+from .context import Status, TaskContext
 from .failures import FailureSettings
 from .schedules import Schedule
+from .table import MAX_ERROR_LENGTH
 
 TaskFunction = Callable[..., Any]
 
@@ -73,3 +76,32 @@ class Execution:
     cancel_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     """Set once the task function has returned (or raised)."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A task function's return, waiting for its finish to be written."""
+
+    execution: Execution
+    status: Status
+    error: str | None
+    state: Any
+    next_at: datetime | None
+    finished_mono: float
+    exception: BaseException | None = None
+
+
+ERROR_TEXT_LIMIT = MAX_ERROR_LENGTH // 2
+"""Characters kept of an error: half the column, so that even four-byte characters fit
+Oracle's 4,000-byte VARCHAR2 and SQL Server's UTF-16 NVARCHAR(2000)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"Type: message"``, one line, truncated to fit ``last_error``."""
+    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return truncate(text)
+
+
+def truncate(text: str) -> str:
+    """``text`` cut to :data:`ERROR_TEXT_LIMIT` characters, marked with an ellipsis."""
+    return text if len(text) <= ERROR_TEXT_LIMIT else text[: ERROR_TEXT_LIMIT - 1] + "…"

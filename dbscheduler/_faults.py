@@ -21,8 +21,10 @@ class FaultLog:
         self.failures += 1
         if not self.failing:
             self.failing = True
+            # One line for the operator; the traceback is for whoever turns on DEBUG.
             self._log.warning("%s failed: %s: %s (retrying)", self._what, type(exc).__name__,
-                              str(exc).splitlines()[0] if str(exc) else "", exc_info=exc)
+                              str(exc).splitlines()[0] if str(exc) else "")
+            self._log.debug("%s failed", self._what, exc_info=exc)
         else:
             self._log.debug("%s failed again: %r", self._what, exc)
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from ._execution import Execution
 from ._faults import FaultLog
-from .store import Store
+from ._store import Store
 
 log = logging.getLogger("dbscheduler.heartbeat")
 
@@ -25,8 +25,39 @@ def safety_margin(lease: timedelta) -> float:
     return min(2.0, max(0.05, lease.total_seconds() * 0.1))
 
 
+class Cadence:
+    """Absolute deadlines every ``interval`` seconds, so a beat's own latency does not stretch
+    the spacing: the next deadline is the previous one plus the interval, not "now" plus it.
+
+    When a beat ends after the next deadline already passed, the next beat is due at once and
+    the deadlines re-anchor on it: one late beat, never a burst of the missed ones.
+
+    >>> c = Cadence(10.0, start=0.0)
+    >>> c.wait(now=0.0)
+    10.0
+    >>> c.beaten(now=12.0)   # the beat due at 10 s took 2 s
+    >>> c.wait(now=12.0)     # the next one is due at 20 s, not 22 s
+    8.0
+    """
+
+    def __init__(self, interval: float, start: float) -> None:
+        self.interval = interval
+        self.deadline = start + interval
+
+    def wait(self, now: float) -> float:
+        """Seconds to sleep before the next beat."""
+        return max(0.0, self.deadline - now)
+
+    def beaten(self, now: float) -> None:
+        """A beat (due at :attr:`deadline`) just ended at ``now``."""
+        self.deadline += self.interval
+        if self.deadline < now:
+            self.deadline = now
+
+
 class Heartbeat:
-    """Keeps leases alive every ``lease / 3`` and tells executions that lost theirs.
+    """Keeps leases alive every ``lease / 3`` (on a fixed :class:`Cadence`) and tells
+    executions that lost theirs.
 
     ``untrack`` and the heartbeat statement share one lock: once ``untrack`` returns, no
     heartbeat of that execution is in flight or will ever be sent, so the finish that follows
@@ -60,6 +91,8 @@ class Heartbeat:
         self._tracked: dict[tuple[int, int], Execution] = {}
         self._stop = threading.Event()
         self._faults = FaultLog(log, "heartbeat")
+        self.last_beat_at: float | None = None  # monotonic time of the last heartbeat; for health()
+        self.on_error: Callable[[BaseException], None] = lambda exc: None  # set by the Scheduler
         self._thread = threading.Thread(target=self._run, name="dbscheduler-heartbeat", daemon=True)
         self._watchdog = threading.Thread(
             target=self._watch, name="dbscheduler-watchdog", daemon=True
@@ -96,8 +129,15 @@ class Heartbeat:
         self._on_lost(ex)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        # Under CPU-bound threads in this process, this thread waits for the GIL after every
+        # wake-up and around each round trip (``sys.getswitchinterval()``, 5 ms by default, per
+        # hand-over); the cadence keeps that latency from adding up across beats, and beat()
+        # does as little Python work as it can. The library leaves the process-wide switch
+        # interval alone; CPU-bound tasks belong in child processes.
+        cadence = Cadence(self._interval, time.monotonic())
+        while not self._stop.wait(cadence.wait(time.monotonic())):
             self.beat()
+            cadence.beaten(time.monotonic())
 
     def _watch(self) -> None:
         step = min(0.5, max(0.02, self._margin / 2))
@@ -115,23 +155,29 @@ class Heartbeat:
         lost: list[Execution] = []
         cancelled: list[Execution] = []
         with self._lock:
+            if not self._tracked:
+                return
             live = [ex for ex in self._tracked.values() if not ex.lease_lost]
             if not live:
                 return
             tokens: dict[int, int] = {}
             for ex in live:  # a row runs here twice only when the older one is a zombie
-                tokens[ex.id] = max(ex.token, tokens.get(ex.id, 0))
+                if ex.token > tokens.get(ex.id, 0):
+                    tokens[ex.id] = ex.token
             sent = time.monotonic()
             try:
                 alive, stop = self._store.heartbeat(self._node_id, self._lease, tokens)
             except Exception as exc:
                 # The watchdog stops the executions if this lasts until their leases end.
                 self._faults.failed(exc)
+                self.on_error(exc)
                 return
             self._faults.ok()
+            self.last_beat_at = sent
+            until = sent + self._lease.total_seconds()
             for ex in live:
                 if ex.id in alive and tokens[ex.id] == ex.token:
-                    ex.lease_until = sent + self._lease.total_seconds()
+                    ex.lease_until = until
                     if ex.id in stop and not ex.cancel_requested:
                         cancelled.append(ex)
                 else:

@@ -10,15 +10,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._clock import Clock
-from ._execution import Execution, TaskDef
+from ._execution import Ended, Execution, TaskDef, describe_error, truncate
 from ._executor import Executor
 from ._faults import FaultLog
+from ._finisher import Finisher
 from ._heartbeat import Heartbeat, safety_margin
+from ._store import Store, decode_state, decode_state_safe
 from ._wakeup import Wakeup
-from .context import TaskContext, TaskInfo
+from .context import UNSET, TaskContext
+from .errors import SchemaMissing
 from .listeners import Listeners
-from .planning import plan_next
-from .store import FinishWrite, Store, decode_state
+from .runtime import Handlers
 
 log = logging.getLogger("dbscheduler.poller")
 
@@ -36,15 +38,18 @@ class Poller:
         node_id: str,
         lease: timedelta,
         poll_interval: timedelta,
-        tasks: Mapping[str, TaskDef],
+        tasks: Handlers,
         executor: Executor,
         heartbeat: Heartbeat,
         listeners: Listeners,
         wakeup: Wakeup,
         clock: Clock,
-        unwritten: Callable[[], list[Execution]],
+        finisher: Finisher,
+        reregister: Callable[[], None] = lambda: None,
     ) -> None:
-        self._finisher_unwritten = unwritten
+        self._finisher = finisher
+        self._reregister = reregister
+        self._table_missing = False
         self._store = store
         self._node_id = node_id
         self._lease = lease
@@ -59,6 +64,7 @@ class Poller:
         self._faults = FaultLog(log, "polling")
         self._clock_faults = FaultLog(log, "measuring the database clock offset")
         self._last_poll = float("-inf")
+        self.last_poll_at: float | None = None  # monotonic time of the last poll; for health()
         self._next_due: datetime | None = None
         self._next_due_known = False
         self._margin = safety_margin(lease)
@@ -80,8 +86,10 @@ class Poller:
                 self._faults.ok()
                 backoff = self._poll_interval
             except Exception as exc:
+                if isinstance(exc, SchemaMissing):
+                    self._table_missing = True
                 self._faults.failed(exc)
-                self._listeners.emit("on_poll_error", exc)
+                self._listeners.on_poll_error(exc)
                 timeout = backoff
                 backoff = min(backoff * 2, max(self._poll_interval, 10.0))
             if timeout > 0 and not self._stop.is_set():
@@ -92,6 +100,18 @@ class Poller:
         before = time.monotonic()
         state = self._store.poll(self._tasks.keys())
         self._last_poll = time.monotonic()
+        self.last_poll_at = self._last_poll
+        if self._table_missing or (state.shape is not None and state.shape[0] == 0
+                                   and self._tasks.tasks):
+            # The table is back after it was dropped, or it is empty while this node declares
+            # tasks (recreated, or every row deleted): insert this node's rows again, or its
+            # tasks would never run until a restart.
+            log.warning("the rows of this node's tasks are missing (the table was dropped, "
+                        "recreated or emptied); registering its %d task(s) again",
+                        len(self._tasks))
+            self._reregister()
+            self._table_missing = False
+            state = self._store.poll(self._tasks.keys())
         self._next_due, self._next_due_known = state.next_due, True
         try:
             self._clock.observe(state.db_now, before, self._last_poll)
@@ -133,6 +153,7 @@ class Poller:
         sent = time.monotonic()
         picked = self._store.pick(self._node_id, free, self._lease, known, self._in_flight(sent))
         rows = picked.rows
+        self._listeners.on_pick(free, len(rows))
         self._next_due, self._next_due_known = picked.next_due, picked.next_due_known
         if rows and time.monotonic() - sent >= self._lease.total_seconds() - self._margin:
             # The answer came so late that the leases it granted may already have expired
@@ -143,7 +164,14 @@ class Poller:
                                                 for r in rows})
             return 0
         for row in rows:
-            self._dispatch(row, sent)
+            # One row that cannot be handed over must not strand the rest of the pick: they
+            # are leased already, and nobody else may run them until the leases expire.
+            try:
+                self._dispatch(row, sent)
+            except Exception as exc:
+                log.error("task %r: could not start the picked execution: %s; giving its "
+                          "lease back", row["queue_name"], describe_error(exc), exc_info=exc)
+                self._give_back(row)
         # Picked none although a row was due: another node won it; poll again very soon
         # rather than spinning. Otherwise go round at once: the next due time is known, or
         # the next step polls for it.
@@ -157,87 +185,73 @@ class Poller:
         whose lease may have run out: this node must not pick them again — after an outage
         its own finish is on the way. Other nodes may (that is a real takeover). Usually
         empty, so the pick statement usually carries no extra condition."""
-        held = [*self._executor.running(), *self._finisher_unwritten()]
+        held = [*self._executor.running(), *self._finisher.unwritten()]
         return {ex.id for ex in held if ex.lease_lost or now >= ex.lease_until - ex.margin}
 
+    def _give_back(self, row: Mapping[str, Any]) -> None:
+        try:
+            self._store.release(self._node_id, {int(row["id"]): int(row["total_attempt"])})
+        except Exception as exc:  # the lease expires on its own
+            log.warning("task %r: could not give its lease back: %s", row["queue_name"], exc)
+
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
-        task = self._tasks[row["queue_name"]]
-        now: datetime = row["last_started_at"]
-        scheduled_at: datetime = row["prev_next_process_at"]
-        attempt = int(row["attempt"])
-        if row["prev_locked_by"] is not None:
-            decision = self._handle_lost(task, row)
-            if decision is None:
-                return
-            scheduled_at, attempt = decision
-        ctx = TaskContext(
-            name=task.name,
-            node_id=self._node_id,
-            attempt=attempt,
-            reenqueue_attempt=int(row["reenqueue_attempt"]),
-            total_attempt=int(row["total_attempt"]),
-            scheduled_at=min(scheduled_at, now),
-            started_at=now,
-            created_at=row["created_at"],
-            state=decode_state(row["payload"]),
-        )
-        execution = Execution(task, ctx, int(row["id"]), int(row["total_attempt"]))
+        task = self._tasks.for_row(row)
+        prepared = prepare(task, row, self._node_id, self._finisher)
+        if prepared is None:
+            return
+        execution, state_error = prepared
         # The database set the lease after the pick was sent: it surely ends after this.
         execution.lease_until = sent + self._lease.total_seconds()
         execution.margin = self._margin
         self._heartbeat.track(execution)
+        if state_error is not None:
+            # Only this execution fails, through the normal fenced finish (its lease is not
+            # left hanging); the stored text stays as it is for someone to look at.
+            self._finisher.put(undecodable(execution, state_error))
+            return
         self._executor.submit(execution)
 
-    def _handle_lost(
-        self, task: TaskDef, row: Mapping[str, Any]
-    ) -> tuple[datetime, int] | None:
-        """The row was held by a node that vanished: report it, apply the failure settings.
 
-        Returns ``(scheduled_at, attempt)`` to run it now, or ``None`` when it was put back to
-        its next time (a retry or occurrence still in the future).
-        """
-        now: datetime = row["last_started_at"]
-        lost_attempt = int(row["attempt"]) - 1
-        # The lost execution's due time was overwritten by its lease; it started within
-        # moments of it, so its start stands in for it.
-        lost_started = row["prev_last_started_at"] or now
-        lost_node = row["prev_locked_by"]
-        error = f"node {lost_node} vanished while running it (lease expired)"
-        log.warning("task %r: execution on node %s was lost; %s", task.name, lost_node,
-                    "recovering")
-        info = TaskInfo(
-            id=int(row["id"]), name=task.name, state=decode_state(row["payload"]),
-            created_at=row["created_at"], next_process_at=row["prev_next_process_at"],
-            attempt=lost_attempt, reenqueue_attempt=int(row["reenqueue_attempt"]),
-            total_attempt=int(row["total_attempt"]) - 1, paused=bool(row["paused"]),
-            locked_by=lost_node, heartbeat_at=row["heartbeat_at"],
-            last_started_at=lost_started, last_finished_at=row["last_finished_at"],
-            last_status=row["last_status"], last_error=row["last_error"],
-            schedule=row["schedule"],
-        )
-        self._listeners.emit("on_lost_execution", info)
-        lost_ctx = TaskContext(
-            name=task.name, node_id=lost_node, attempt=lost_attempt,
-            reenqueue_attempt=int(row["reenqueue_attempt"]),
-            total_attempt=int(row["total_attempt"]) - 1, scheduled_at=lost_started,
-            started_at=lost_started, created_at=row["created_at"],
-            state=decode_state(row["payload"]),
-        )
-        try:
-            plan = plan_next(task.schedule, task.on_failure, status="lost",
-                             attempt=max(lost_attempt, 1), scheduled_at=lost_started,
-                             started_at=lost_started, finished_at=now, ctx=lost_ctx)
-        except Exception as exc:
-            log.error("task %r: schedule failed after a lost execution: %r; running it now",
-                      task.name, exc)
-            return now, int(row["attempt"])
-        token = int(row["total_attempt"])
-        if plan.next_at <= now:
-            run_attempt = plan.attempt + 1
-            self._store.record_lost(self._node_id, int(row["id"]), token, run_attempt, error)
-            return plan.next_at, run_attempt
-        self._store.finish(self._node_id, lambda finished: [FinishWrite(
-            int(row["id"]), token, status="lost", next_at=plan.next_at, attempt=plan.attempt,
-            finished_at=finished, error=error)])
-        self._wakeup.hint(plan.next_at)  # a due time this node just wrote
-        return None
+def prepare(
+    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher
+) -> tuple[Execution, str | None] | None:
+    """The execution for a picked row, and why its stored state cannot be decoded (if so).
+
+    ``None`` when the row was held by a vanished node and its lost execution's failure
+    settings put it back to a later time.
+    """
+    now: datetime = row["last_started_at"]
+    scheduled_at: datetime = row["prev_next_process_at"]
+    attempt = int(row["attempt"])
+    if row["prev_locked_by"] is not None:
+        decision = finisher.recover_lost(task, row)
+        if decision is None:
+            return None
+        scheduled_at, attempt = decision
+    state_error: str | None = None
+    try:
+        state = decode_state(row["payload"])
+    except Exception as exc:  # not JSON, or nested too deep (RecursionError)
+        state = None
+        state_error = truncate(f"stored state cannot be decoded: {describe_error(exc)}")
+    ctx = TaskContext(
+        name=task.name,
+        node_id=node_id,
+        attempt=attempt,
+        reenqueue_attempt=int(row["reenqueue_attempt"]),
+        total_attempt=int(row["total_attempt"]),
+        scheduled_at=min(scheduled_at, now),
+        started_at=now,
+        created_at=row["created_at"],
+        state=state,
+        data=decode_state_safe(row.get("data"))[0],
+    )
+    return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), state_error
+
+
+def undecodable(execution: Execution, state_error: str) -> Ended:
+    """How an execution whose stored state cannot be decoded ends: an error, without running,
+    keeping the stored text (``UNSET``)."""
+    log.error("task %r: %s; the execution fails without running", execution.task.name,
+              state_error)
+    return Ended(execution, "error", state_error, UNSET, None, time.monotonic())

@@ -1,15 +1,16 @@
-"""Waking the poller early: in-process events, and PostgreSQL ``LISTEN/NOTIFY`` across nodes."""
+"""Waking the poller early: in-process events, and ``LISTEN/NOTIFY`` across nodes where the
+database has it."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from ._faults import FaultLog
+from .dialects import Dialect
 
 log = logging.getLogger("dbscheduler.wakeup")
 
@@ -56,14 +57,16 @@ class Wakeup:
         return stale, hint
 
 
-class PgListener:
-    """A thread holding one connection that ``LISTEN``s on the table's channel.
+class NotifyListener:
+    """A thread holding one connection that listens for other nodes' wake-ups on the table's
+    channel (PostgreSQL ``LISTEN``), through the dialect.
 
     A lost connection is reopened with backoff; polling covers the gap meanwhile.
     """
 
-    def __init__(self, engine: Engine, channel: str, wakeup: Wakeup) -> None:
+    def __init__(self, engine: Engine, dialect: Dialect, channel: str, wakeup: Wakeup) -> None:
         self._engine = engine
+        self._dialect = dialect
         self._channel = channel
         self._wakeup = wakeup
         self._stop = threading.Event()
@@ -82,30 +85,24 @@ class PgListener:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                self._listen()
+                self._dialect.listen(
+                    self._engine, self._channel, on_ready=self._ready,
+                    on_wait=self._waited, stopping=self._stop,
+                )
                 delay = 0.5
             except Exception as exc:
                 self._faults.failed(exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _listen(self) -> None:
-        raw = self._engine.raw_connection()
-        try:
-            conn: Any = raw.driver_connection
-            conn.autocommit = True
-            conn.execute(f'LISTEN "{self._channel}"')
-            # The poll may have run just before LISTEN took effect: look once more.
+    def _ready(self) -> None:
+        # The poll may have run just before LISTEN took effect: look once more.
+        self._wakeup.set()
+
+    def _waited(self, notifications: int) -> None:
+        if notifications:
+            self.received += notifications
             self._wakeup.set()
-            while not self._stop.is_set():
-                for _ in conn.notifies(timeout=0.5, stop_after=1):
-                    self.received += 1
-                    self._wakeup.set()
-                # Recovered only once a wait completed: a connection that fails right after
-                # LISTEN must not log "recovered" and "failed" on every reconnect.
-                self._faults.ok()
-        except Exception:
-            raw.invalidate()
-            raise
-        finally:
-            raw.close()
+        # Recovered only once a wait completed: a connection that fails right after LISTEN
+        # must not log "recovered" and "failed" on every reconnect.
+        self._faults.ok()

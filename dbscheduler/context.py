@@ -70,6 +70,9 @@ class TaskContext:
     """The task's persisted state (decoded JSON), or ``None``."""
     stop_requested: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set when the execution should stop: ``cancel``, a lost lease, or shutdown."""
+    data: Any = None
+    """The row's data (decoded JSON) given by ``schedule``/``schedule_once``, or ``None``;
+    separate from :attr:`state`, which the task itself persists."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,17 @@ class TaskInfo:
     schedule: str | None
     stop_requested: bool = False
     """A cancel was asked for the running execution and not yet seen through."""
+    state_error: str | None = None
+    """Why the stored state cannot be decoded (``state`` is then ``None``), or ``None``.
+
+    A row written by hand or by another program may hold text that is not JSON; its
+    executions fail with this reason until the state is fixed or cleared."""
+    raw_state: str | None = None
+    """The stored text, exactly as it is, when it cannot be decoded (``None`` otherwise)."""
+    handler: str | None = None
+    """The name of the handler that runs the row (a declared task's is its own name)."""
+    data: Any = None
+    """The row's data (decoded JSON) as its handler receives it in ``ctx.data``."""
 
     @property
     def running(self) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["SchedulerError", "SchemaMismatch", "SchemaMissing", "TaskNotFound", "TaskRunning"]
+__all__ = [
+    "DatabaseUnreachable", "SchedulerError", "SchemaMismatch", "SchemaMissing", "TaskNotFound",
+    "TaskRunning",
+]
 
 
 class SchedulerError(Exception):
@@ -18,8 +21,9 @@ class TaskNotFound(SchedulerError, LookupError):
     ...     print(exc)
     """
 
-    def __init__(self, name: str, table: str) -> None:
-        super().__init__(f"no task named {name!r} in table {table!r}")
+    def __init__(self, name: str, table: str, hint: str | None = None) -> None:
+        message = f"no task named {name!r} in table {table!r}"
+        super().__init__(f"{message}: {hint}" if hint else message)
         self.name = name
         self.table = table
 
@@ -56,3 +60,15 @@ class SchemaMismatch(SchedulerError):
         )
         self.table = table
         self.missing = missing
+
+
+class DatabaseUnreachable(SchedulerError):
+    """No connection to the database could be opened: the server is down or unknown, or it
+    refused the database name, the user or the password. ``kind`` says which (``host``,
+    ``starting``, ``database``, ``user``, ``password`` or ``login``)."""
+
+    def __init__(self, url: str, kind: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {url}: {reason}")
+        self.url = url
+        self.kind = kind
+        self.reason = reason

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
-from dbscheduler.schedules import _as_timedelta, _show
+from dbscheduler.schedules.base import _as_timedelta, _show
 
 __all__ = [
     "MAX_RETRY_DELAY",

@@ -1,19 +1,22 @@
-"""Listeners: objects told about executions. Any of the hooks may be defined, or none.
+"""Listeners: objects told about executions. Subclass :class:`Listener` and override the
+hooks you need; every hook defaults to doing nothing.
 
->>> class Metrics:
-...     def on_finished(self, ctx, outcome):
+>>> class Timings(Listener):
+...     def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
 ...         statsd.timing(f"task.{ctx.name}", outcome.duration.total_seconds())
->>> scheduler.add_listener(Metrics())  # doctest: +SKIP
+>>> scheduler.add_listener(Timings())  # doctest: +SKIP
 
-A listener that raises is logged and never breaks the scheduler.
+A listener that raises is logged and never breaks the scheduler. Objects that do not subclass
+:class:`Listener` are accepted too; the hooks they lack are skipped.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from .context import Status, TaskContext, TaskInfo
 
@@ -32,33 +35,88 @@ class Outcome:
     """``"Type: message"`` of the failure, or ``None``."""
     next_at: datetime | None
     """The next due time written to the row; ``None`` when the write was refused (lease lost)."""
+    exception: BaseException | None = None
+    """What the task function raised, if it raised (for tracing and error reporting)."""
 
 
-class Listener(Protocol):
-    """The hooks a listener may define (all optional; this protocol is for documentation)."""
+class Listener:
+    """The hooks a listener may override. Each is called on an engine thread: keep it short.
 
-    def on_started(self, ctx: TaskContext) -> None: ...
-    def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None: ...
-    def on_lease_lost(self, ctx: TaskContext) -> None: ...
-    def on_lost_execution(self, info: TaskInfo) -> None: ...
-    def on_poll_error(self, exc: BaseException) -> None: ...
+    ::
+
+        class Alerts(Listener):
+            def on_lost_execution(self, info: TaskInfo) -> None:
+                page_someone(f"{info.name} was lost on {info.locked_by}")
+
+        scheduler.add_listener(Alerts())
+    """
+
+    def on_started(self, ctx: TaskContext) -> None:
+        """An execution is about to call the task function."""
+
+    def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
+        """An execution ended and its finish was written (or refused: ``outcome.next_at``
+        is ``None``)."""
+
+    def on_lease_lost(self, ctx: TaskContext) -> None:
+        """This node lost an execution's lease; ``ctx.stop_requested`` is set."""
+
+    def on_lost_execution(self, info: TaskInfo) -> None:
+        """This node picked a row whose previous execution's node vanished (``info`` is that
+        execution as it was)."""
+
+    def on_poll_error(self, exc: BaseException) -> None:
+        """A poll failed; the poller retries with backoff."""
+
+    def on_heartbeat_error(self, exc: BaseException) -> None:
+        """A heartbeat statement failed; the next one retries, and executions whose lease
+        runs out meanwhile get ``on_lease_lost``."""
+
+    def on_pick(self, asked: int, got: int) -> None:
+        """The poller picked because a row was due: it asked for ``asked`` rows (its free
+        workers) and got ``got``. ``got == 0`` means another node took the due rows first
+        (contention), or they were paused or rescheduled in the meantime."""
 
 
-class Listeners:
-    """The registered listeners, called in order, each failure isolated and logged."""
+class Listeners(Listener):
+    """The registered listeners as one: each hook calls every listener in order, each
+    failure isolated and logged."""
 
     def __init__(self) -> None:
         self._items: list[object] = []
 
-    def add(self, listener: object) -> None:
+    def add(self, listener: Listener | object) -> None:
+        """Add ``listener`` (a :class:`Listener`, or any object with some of its hooks)."""
         self._items.append(listener)
 
-    def emit(self, hook: str, *args: Any) -> None:
+    def _call(self, hook: Callable[..., None], *args: Any) -> None:
+        name = hook.__name__
         for listener in list(self._items):
-            method = getattr(listener, hook, None)
+            method = getattr(listener, name, None)
             if method is None:
                 continue
             try:
                 method(*args)
             except Exception:
-                log.exception("listener %r raised in %s; ignored", listener, hook)
+                log.exception("listener %r raised in %s; ignored", listener, name)
+
+    def on_started(self, ctx: TaskContext) -> None:
+        self._call(Listener.on_started, ctx)
+
+    def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
+        self._call(Listener.on_finished, ctx, outcome)
+
+    def on_lease_lost(self, ctx: TaskContext) -> None:
+        self._call(Listener.on_lease_lost, ctx)
+
+    def on_lost_execution(self, info: TaskInfo) -> None:
+        self._call(Listener.on_lost_execution, info)
+
+    def on_poll_error(self, exc: BaseException) -> None:
+        self._call(Listener.on_poll_error, exc)
+
+    def on_heartbeat_error(self, exc: BaseException) -> None:
+        self._call(Listener.on_heartbeat_error, exc)
+
+    def on_pick(self, asked: int, got: int) -> None:
+        self._call(Listener.on_pick, asked, got)

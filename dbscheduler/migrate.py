@@ -12,18 +12,20 @@ Two ways (README "Migrations"):
 from __future__ import annotations
 
 import io
-import re
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.engine import Engine
 
+from .dialects import dialect_named, names
 from .table import DEFAULT_TABLE, split_table_name
 
-__all__ = ["migrations_dir", "offline_sql", "upgrade", "version_table_for"]
+__all__ = ["migrations_dir", "offline_sql", "quiet_alembic", "upgrade", "version_table_for"]
 
 
 def migrations_dir() -> Path:
@@ -59,31 +61,53 @@ def _config(url: str, table: str, **attributes: Any) -> Config:
     return config
 
 
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved = logging.NOTSET
+
+
+@contextmanager
+def quiet_alembic() -> Iterator[None]:
+    """Keep Alembic's INFO lines (plugins, context, each revision) out of the application's
+    logs while dbscheduler migrates on its own: the embedded default does it at every start.
+    Warnings and errors still pass. Nested and concurrent uses restore the level once."""
+    global _quiet_depth, _quiet_saved
+    logger = logging.getLogger("alembic")
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _quiet_saved = logger.level
+            if logger.getEffectiveLevel() < logging.WARNING:
+                logger.setLevel(logging.WARNING)
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                logger.setLevel(_quiet_saved)
+
+
+# Importing Alembic sets up its plugins, one INFO line each.
+with quiet_alembic():
+    from alembic import command
+    from alembic.config import Config
+
+
 def upgrade(engine: Engine, table: str = DEFAULT_TABLE, revision: str = "heads") -> None:
     """Create or upgrade ``table`` on ``engine``'s database to ``revision`` (online)."""
     url = engine.url.render_as_string(hide_password=False)
-    with engine.begin() as conn:
+    with quiet_alembic(), engine.begin() as conn:
         command.upgrade(_config(url, table, connection=conn), revision)
 
 
 def offline_sql(dialect: str, table: str = DEFAULT_TABLE) -> str:
     """The SQL ``upgrade`` would run on ``dialect``, without a server (Alembic ``--sql``)."""
-    urls = {
-        "sqlite": "sqlite://",
-        "postgresql": "postgresql://",
-        "mysql": "mysql+pymysql://",
-        "mariadb": "mariadb+pymysql://",
-        "mssql": "mssql+pyodbc://",
-        "oracle": "oracle+oracledb://",
-    }
-    if dialect not in urls:
-        raise ValueError(f"unknown dialect {dialect!r}; choose one of: {', '.join(urls)}")
+    backend = dialect_named(dialect)
+    if backend is None:
+        raise ValueError(f"unknown dialect {dialect!r}; choose one of: {', '.join(names())}")
     out = io.StringIO()
-    command.upgrade(_config(urls[dialect], table, stdout=out), "heads", sql=True)
-    # Alembic asks SQL Server and Oracle to return the inserted version number, which only
-    # makes sense through a driver; a script to apply by hand must not carry it.
-    sql = re.sub(r" OUTPUT inserted\.version_num", "", out.getvalue())
-    sql = re.sub(r" RETURNING \S*version_num( INTO :ret_0)?", "", sql)
-    if dialect == "oracle":
-        sql += "COMMIT\n\n/\n\n"  # Oracle has no transactional DDL, but the INSERT needs it
-    return sql
+    with quiet_alembic():
+        command.upgrade(_config(backend.offline_url(dialect), table, stdout=out), "heads",
+                        sql=True)
+    return backend.finish_offline_sql(out.getvalue())

@@ -1,5 +1,5 @@
 """The one decision taken after every execution: when the task runs next, and with which
-``attempt`` (DESIGN §4).
+``attempt`` (the retry rule is :func:`plan_next`'s docstring).
 
 :func:`plan_next` is pure: it reads the schedule, the failure settings and the outcome, and
 returns a :class:`Plan` the engine writes to the row (``next_process_at``, ``attempt``).
@@ -24,7 +24,7 @@ from typing import Final, get_args
 
 from dbscheduler.context import Status, TaskContext
 from dbscheduler.failures import FailureSettings
-from dbscheduler.schedules import Schedule, _add_clamped, _require_aware
+from dbscheduler.schedules.base import Schedule, _add_clamped, _require_aware
 
 __all__ = ["Plan", "plan_next"]
 

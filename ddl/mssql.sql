@@ -41,6 +41,58 @@ INSERT INTO scheduled_tasks_version (version_num) VALUES ('dbscheduler_0001');
 
 GO
 
+-- Running upgrade dbscheduler_0001 -> dbscheduler_0002
+
+ALTER TABLE scheduled_tasks ADD claim VARCHAR(32) NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD prev_locked_by NVARCHAR(255) NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD prev_next_process_at DATETIME2(6) NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD prev_last_started_at DATETIME2(6) NULL;
+
+GO
+
+CREATE INDEX scheduled_tasks_claim_idx ON scheduled_tasks (claim);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0002' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0001';
+
+GO
+
+-- Running upgrade dbscheduler_0002 -> dbscheduler_0003
+
+ALTER TABLE scheduled_tasks ADD handler NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD data NVARCHAR(max) NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD options NVARCHAR(2000) NULL;
+
+GO
+
+UPDATE scheduled_tasks SET handler=scheduled_tasks.queue_name;
+
+GO
+
+CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_process_at);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002';
+
+GO
+
 COMMIT;
 
 GO

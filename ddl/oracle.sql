@@ -39,6 +39,58 @@ INSERT INTO scheduled_tasks_version (version_num) VALUES ('dbscheduler_0001')
 
 /
 
+-- Running upgrade dbscheduler_0001 -> dbscheduler_0002
+
+ALTER TABLE scheduled_tasks ADD claim VARCHAR2(32 CHAR)
+
+/
+
+ALTER TABLE scheduled_tasks ADD prev_locked_by VARCHAR2(255 CHAR)
+
+/
+
+ALTER TABLE scheduled_tasks ADD prev_next_process_at TIMESTAMP WITH TIME ZONE
+
+/
+
+ALTER TABLE scheduled_tasks ADD prev_last_started_at TIMESTAMP WITH TIME ZONE
+
+/
+
+CREATE INDEX scheduled_tasks_claim_idx ON scheduled_tasks (claim)
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0002' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0001'
+
+/
+
+-- Running upgrade dbscheduler_0002 -> dbscheduler_0003
+
+ALTER TABLE scheduled_tasks ADD handler VARCHAR2(255 CHAR)
+
+/
+
+ALTER TABLE scheduled_tasks ADD data CLOB
+
+/
+
+ALTER TABLE scheduled_tasks ADD options VARCHAR2(2000 CHAR)
+
+/
+
+UPDATE scheduled_tasks SET handler=scheduled_tasks.queue_name
+
+/
+
+CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_process_at)
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002'
+
+/
+
 COMMIT
 
 /

@@ -30,3 +30,31 @@ CREATE INDEX scheduled_tasks_next_idx ON scheduled_tasks (next_process_at);
 
 INSERT INTO scheduled_tasks_version (version_num) VALUES ('dbscheduler_0001');
 
+-- Running upgrade dbscheduler_0001 -> dbscheduler_0002
+
+ALTER TABLE scheduled_tasks ADD COLUMN claim VARCHAR(32);
+
+ALTER TABLE scheduled_tasks ADD COLUMN prev_locked_by VARCHAR(255);
+
+ALTER TABLE scheduled_tasks ADD COLUMN prev_next_process_at VARCHAR(26);
+
+ALTER TABLE scheduled_tasks ADD COLUMN prev_last_started_at VARCHAR(26);
+
+CREATE INDEX scheduled_tasks_claim_idx ON scheduled_tasks (claim);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0002' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0001';
+
+-- Running upgrade dbscheduler_0002 -> dbscheduler_0003
+
+ALTER TABLE scheduled_tasks ADD COLUMN handler VARCHAR(255);
+
+ALTER TABLE scheduled_tasks ADD COLUMN data TEXT;
+
+ALTER TABLE scheduled_tasks ADD COLUMN options VARCHAR(2000);
+
+UPDATE scheduled_tasks SET handler=scheduled_tasks.queue_name;
+
+CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_process_at);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002';
+

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A dbscheduler cluster in one terminal: three nodes on one PostgreSQL table, the CLI watching.
+# A dbscheduler cluster in one terminal: three nodes on one table, the CLI watching.
 #
 #   bash examples/cluster.sh
 #
@@ -10,22 +10,40 @@
 # counts as a failed attempt).
 # At the end the surviving nodes get SIGTERM and shut down gracefully.
 #
+# By default the nodes share a SQLite file in the current directory (cluster.sqlite3): three
+# processes on one machine need nothing else. For PostgreSQL (what the example is written
+# for; the database must exist):
+#   DBSCHEDULER_URL=postgresql://postgres@127.0.0.1:5432/postgres bash examples/cluster.sh
+#
 # Settings (environment):
-#   DBSCHEDULER_URL     default postgresql+psycopg://postgres@127.0.0.1:5432/test
+#   DBSCHEDULER_URL     default sqlite:///cluster.sqlite3
 #   DBSCHEDULER_TABLE   default scheduled_tasks
 #   CLUSTER_SECONDS     how long the demo runs (45)
 #   CLUSTER_KILL_AFTER  seconds before a node is killed without warning; 0 = never (15)
 #   CLUSTER_LIST_EVERY  seconds between two `dbscheduler list` (5)
-#   DBSCHEDULER         the command to call (default `dbscheduler`; e.g. "python -m dbscheduler")
+#   DBSCHEDULER         the command to call (default: `dbscheduler` on the PATH, else the
+#                       checkout's .venv/bin/dbscheduler; e.g. "python -m dbscheduler")
 set -euo pipefail
 
-cd "$(dirname "$0")/.."  # so that examples.cluster_app is importable
-export DBSCHEDULER_URL="${DBSCHEDULER_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # examples.cluster_app, from any directory
+export DBSCHEDULER_URL="${DBSCHEDULER_URL:-sqlite:///cluster.sqlite3}"
 export DBSCHEDULER_TABLE="${DBSCHEDULER_TABLE:-scheduled_tasks}"
 duration="${CLUSTER_SECONDS:-45}"
 kill_after="${CLUSTER_KILL_AFTER:-15}"
 list_every="${CLUSTER_LIST_EVERY:-5}"
-read -r -a dbscheduler <<< "${DBSCHEDULER:-dbscheduler}"
+if [[ -n ${DBSCHEDULER:-} ]]; then
+    read -r -a dbscheduler <<< "$DBSCHEDULER"
+elif command -v dbscheduler >/dev/null; then
+    dbscheduler=(dbscheduler)
+elif [[ -x $root/.venv/bin/dbscheduler ]]; then
+    dbscheduler=("$root/.venv/bin/dbscheduler")
+else
+    echo "cluster.sh: no dbscheduler command: it is not on the PATH and $root/.venv does not" \
+         "have it. Install it first:" >&2
+    echo "  cd $root && python3 -m venv .venv && .venv/bin/pip install -e '.[postgresql]'" >&2
+    exit 1
+fi
 
 "${dbscheduler[@]}" migrate
 
@@ -42,10 +60,27 @@ for n in 1 2 3; do
     pids["node-$n"]=$!
 done
 
-# The node that runs rebuild-index right now, read from `dbscheduler show --json`.
-running_node() {
-    "${dbscheduler[@]}" show rebuild-index --json 2>/dev/null \
-        | sed -n 's/^  "locked_by": "\(node-[0-9]*\)",$/\1/p'
+# "RUNS node-N" while rebuild-index runs on node-N (RUNS = runs started, ever), else "RUNS -".
+rebuild_index_state() {
+    "${dbscheduler[@]}" show rebuild-index --json 2>/dev/null | sed -n \
+        -e 's/^  "locked_by": "\(node-[0-9]*\)",$/\1/p' -e 's/^  "locked_by": null,$/-/p' \
+        -e 's/^  "total_attempt": \([0-9]*\),$/\1/p' | paste -sd ' '
+}
+
+# The node that has just started a run of rebuild-index (the 4 s task): killing it then surely
+# cuts a run short. A node picked at a random moment may be finishing its run already.
+node_that_just_started() {
+    local first now node runs
+    first=$(rebuild_index_state)
+    for _ in $(seq 60); do
+        sleep 0.2
+        now=$(rebuild_index_state)
+        read -r runs node <<< "$now"
+        if [[ $now != "$first" && $node == node-* && -n ${pids[$node]:-} ]]; then
+            echo "$node"
+            return
+        fi
+    done
 }
 
 start=$SECONDS
@@ -53,8 +88,8 @@ killed=no
 while (( SECONDS - start < duration )); do
     sleep "$list_every"
     if [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start >= kill_after )); then
-        victim=$(running_node)
-        if [[ -n $victim && -n ${pids[$victim]:-} ]]; then
+        victim=$(node_that_just_started)
+        if [[ -n $victim ]]; then
             echo "=== kill -9 $victim while it runs rebuild-index;" \
                  "another node takes it over when the lease (6 s) expires"
             kill -KILL "${pids[$victim]}"

@@ -1,11 +1,12 @@
 """The application every node of the "cluster in one terminal" example runs.
 
-Each node is started with the command line (see ``cluster.sh`` and ``cluster.md``)::
+Each node is started with the command line (``cluster.sh`` starts three)::
 
     NODE_ID=node-1 dbscheduler run examples.cluster_app:scheduler
 
-The database comes from ``DBSCHEDULER_URL`` (default: the local PostgreSQL of the examples),
-the table from ``DBSCHEDULER_TABLE``: the same variables the ``dbscheduler`` command reads, so
+The database comes from ``DBSCHEDULER_URL`` (default: the SQLite file ``cluster.sqlite3`` in
+the working directory, which nodes on one machine can share), the table from
+``DBSCHEDULER_TABLE``: the same variables the ``dbscheduler`` command reads, so
 ``dbscheduler list`` looks at the table the nodes share.
 """
 
@@ -18,7 +19,7 @@ from datetime import timedelta
 
 from dbscheduler import Cron, FixedDelay, FixedRate, LinearBackoff, Scheduler, TaskContext
 
-DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_URL = "sqlite:///cluster.sqlite3"
 
 log = logging.getLogger("cluster_app")
 
@@ -47,13 +48,15 @@ def send_digest(ctx: TaskContext) -> None:
 @scheduler.task(
     "rebuild-index",
     schedule=FixedDelay(1),
-    on_failure=LinearBackoff(timedelta(seconds=1), max_attempts=3),
+    on_failure=LinearBackoff(timedelta(milliseconds=500), max_attempts=3),
 )
 def rebuild_index(ctx: TaskContext) -> None:
     """A long task (4 s) that stops early when asked: cancel, lost lease or shutdown.
 
     When the node running it dies, the execution is ``lost`` (a failed attempt): another node
-    retries it as attempt 2 once the lease has expired.
+    retries it as attempt 2 half a second after the lease has expired. The retry must come
+    before the next regular run (1 s after the end), or the regular run wins and the attempt
+    count starts again at 1.
     """
     if ctx.attempt > 1:
         log.info("rebuild-index resumes: attempt %d of this occurrence", ctx.attempt)

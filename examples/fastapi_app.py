@@ -24,6 +24,11 @@ from fastapi import FastAPI, HTTPException
 
 from dbscheduler import Cron, FixedRate, Scheduler, TaskContext, TaskNotFound, TaskRunning
 
+# The application configures logging, the library never does. Without this, uvicorn/flask
+# show their own lines only and the tasks' (and dbscheduler's) INFO lines go nowhere. A no-op
+# when logging is configured already (e.g. uvicorn --log-config).
+logging.basicConfig(level=logging.INFO,
+                    format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 log = logging.getLogger("fastapi_app")
 
 scheduler = Scheduler(os.environ.get("DBSCHEDULER_URL"))  # None: the embedded SQLite default

@@ -1,19 +1,23 @@
-"""Fixtures shared by every test: real databases, one fresh table per test."""
+"""Fixtures shared by every test: real databases, one fresh table per test; the examples."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import sqlalchemy as sa
 
-from tests.databases import find, required
+from dbscheduler import Scheduler
+from tests.databases import drop_table, find, required, unique_table
 
 SERVER_BACKENDS = ("postgresql", "mysql")
 EXTRA_BACKENDS = ("mssql", "oracle")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,24 +37,10 @@ def backend_url(backend: str, tmp_path: Path) -> str:
     return found.url
 
 
-def unique_table() -> str:
-    return f"t_{uuid.uuid4().hex[:12]}"
-
-
-def drop_table(url: str, table: str) -> None:
-    # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
-    engine = sa.create_engine(url)
-    try:
-        for name in (table, f"{table}_version"):
-            sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture(params=["sqlite", *SERVER_BACKENDS, *EXTRA_BACKENDS])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each test using it runs on SQLite, PostgreSQL, MariaDB/MySQL, SQL Server and Oracle;
-    the last two skip with the reason where no server is reachable (DESIGN §7)."""
+    the last two skip with the reason where no server is reachable (see tests/databases.py)."""
     return str(request.param)
 
 
@@ -89,3 +79,26 @@ def _no_stray_default_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     # Scheduler() with no URL writes ./dbscheduler.sqlite3: keep tests out of the checkout.
     monkeypatch.chdir(tmp_path)
     os.environ.pop("DBSCHEDULER_URL", None)
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], ModuleType]]:
+    """Import ``examples/<name>.py`` afresh (its module-level Scheduler is new each time)."""
+    loaded: list[ModuleType] = []
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(
+            f"example_{name}_{uuid.uuid4().hex[:6]}", EXAMPLES / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        loaded.append(module)
+        return module
+
+    yield load
+    for module in loaded:
+        scheduler = getattr(module, "scheduler", None)
+        if isinstance(scheduler, Scheduler):
+            scheduler.shutdown(timeout=5)
+            scheduler.engine.dispose()

@@ -1,4 +1,6 @@
-"""Finding a real server for each backend, in the order DESIGN §7 gives.
+"""Reaching the test databases: a real server for each backend, and throwaway tables.
+
+A backend's server is found in this order:
 
 1. an environment URL (``DBSCHEDULER_TEST_<BACKEND>_URL``);
 2. the local service on its standard port;
@@ -12,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from functools import cache
 
@@ -139,3 +142,19 @@ def find(backend: str) -> Found:
         f"no {backend} server: {env} is not set, {local_reason}, and no Docker engine "
         "answers for testcontainers",
     )
+
+
+def unique_table() -> str:
+    """A table name no other test uses."""
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def drop_table(url: str, table: str) -> None:
+    """Drop ``table`` and its migration version table, if they exist."""
+    # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
+    engine = sa.create_engine(url)
+    try:
+        for name in (table, f"{table}_version"):
+            sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
+    finally:
+        engine.dispose()

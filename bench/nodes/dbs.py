@@ -19,6 +19,39 @@ from dbscheduler import FixedRate, Scheduler, TaskContext
 from dbscheduler.table import make_table
 
 
+def tracer_provider(sampled: bool) -> Any:
+    """An OpenTelemetry SDK provider that records every span (or, ``sampled``, 10 % of the
+    traces, as busy services usually do) and batches them to an exporter that drops them:
+    the cost measured is dbscheduler's and the SDK's, not a network's."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    class Drop(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.1)) if sampled else None)
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return provider
+
+
+def observe(scheduler: Scheduler, how: str) -> None:
+    """Observability as a production node has it. ``metrics``: PrometheusMetrics with the
+    cluster-wide gauges; ``tracing``: also OpenTelemetryTracing, every span recorded;
+    ``sampled``: the same, 10 % of the traces sampled."""
+    from prometheus_client import CollectorRegistry
+
+    from dbscheduler.metrics import PrometheusMetrics
+    from dbscheduler.tracing import OpenTelemetryTracing
+
+    scheduler.add_listener(PrometheusMetrics(CollectorRegistry(), client=scheduler.client))
+    if how in ("tracing", "sampled"):
+        scheduler.add_listener(OpenTelemetryTracing(tracer_provider(sampled=how == "sampled")))
+
+
 def main() -> None:
     cfg = load_config()
     watchdog(cfg["max_seconds"])
@@ -30,6 +63,8 @@ def main() -> None:
     )
     if not cfg["url"].startswith("postgresql"):
         COUNTER.install_sqlalchemy(scheduler.engine)
+    if cfg.get("observe", "off") != "off":
+        observe(scheduler, cfg["observe"])
     mode = cfg["mode"]
     prefix = {"rate": "b", "idle": "i", "wakeup": "w", "failover": "f"}[mode]
     period = {"rate": cfg.get("period", 1.0), "idle": 3600.0, "wakeup": 3600.0,

@@ -2,19 +2,43 @@
 
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.engine import Engine
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
 
-from .base import Dialect, PickedRow, db_now, db_now_plus
+from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus
 from .mssql import MSSQLDialect
 from .mysql import MySQLDialect
 from .oracle import OracleDialect
 from .postgresql import PostgreSQLDialect
 from .sqlite import SQLiteDialect
 
-__all__ = ["Dialect", "PickedRow", "db_now", "db_now_plus", "dialect_for", "engine_options"]
+__all__ = [
+    "DEFAULT_URL",
+    "IDLE_TRANSACTION_FLOOR",
+    "ConnectProblem",
+    "Dialect",
+    "PickedRow",
+    "autocommits",
+    "connect_problem",
+    "create_engine",
+    "db_now",
+    "db_now_plus",
+    "dialect_for",
+    "dialect_named",
+    "engine_options",
+    "idle_transaction_timeout",
+    "names",
+    "normalize_url",
+    "prepare_engine",
+    "registered",
+]
+
+DEFAULT_URL = "sqlite:///dbscheduler.sqlite3"
+"""The embedded default: a SQLite file in the working directory, created on first use."""
 
 _BY_NAME: dict[str, type[Dialect]] = {
     "sqlite": SQLiteDialect,
@@ -24,24 +48,118 @@ _BY_NAME: dict[str, type[Dialect]] = {
     "mssql": MSSQLDialect,
     "oracle": OracleDialect,
 }
+"""The supported databases by SQLAlchemy dialect name: the one list of dialects."""
+
+_INSTANCES: dict[type[Dialect], Dialect] = {cls: cls() for cls in _BY_NAME.values()}
+
+
+def dialect_named(name: str) -> Dialect | None:
+    """The backend for a SQLAlchemy dialect name, or ``None`` if unsupported."""
+    cls = _BY_NAME.get(name)
+    return None if cls is None else _INSTANCES[cls]
+
+
+def registered() -> list[tuple[Dialect, tuple[str, ...]]]:
+    """Every backend with the SQLAlchemy dialect names it serves."""
+    return [
+        (backend, tuple(n for n, c in _BY_NAME.items() if c is cls))
+        for cls, backend in _INSTANCES.items()
+    ]
+
+
+def names() -> tuple[str, ...]:
+    """The primary name of each backend (``mysql``, not its alias ``mariadb``)."""
+    return tuple(backend.name for backend, _ in registered())
+
+
+_DEFAULT_DRIVERS = {
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+"""URL schemes without a driver, and the driver dbscheduler's extras install for them.
+
+SQLAlchemy's own defaults are psycopg2 and mysqlclient, which we do not depend on, and it
+does not know ``postgres://`` at all (Heroku, Render and many PaaS hand out such URLs)."""
+
+
+def normalize_url(url: str | URL) -> URL:
+    """``url`` parsed, with a scheme that names no driver given the one we depend on.
+
+    ``postgres://`` and ``postgresql://`` become ``postgresql+psycopg://``, ``mysql://``
+    ``mysql+pymysql://`` and ``mariadb://`` ``mariadb+pymysql://``; an explicit driver
+    (``postgresql+psycopg2://``) is kept. A malformed URL raises ``sqlalchemy.exc.ArgumentError``.
+
+    >>> normalize_url("postgres://app@db/app").render_as_string()
+    'postgresql+psycopg://app@db/app'
+    """
+    parsed = sa.engine.make_url(url)
+    driver = _DEFAULT_DRIVERS.get(parsed.drivername)
+    return parsed.set(drivername=driver) if driver else parsed
+
+
+def connect_problem(url: str | URL, exc: BaseException) -> ConnectProblem | None:
+    """Why no connection to ``url`` could be opened, when ``exc`` says so (else ``None``)."""
+    try:
+        dialect = dialect_named(sa.engine.make_url(url).get_backend_name())
+    except sa.exc.ArgumentError:
+        return None
+    return dialect.connect_problem(exc) if dialect else None
+
+
+IDLE_TRANSACTION_FLOOR = timedelta(seconds=2)
+"""The shortest server-side bound on an idle open transaction, whatever the lease."""
+_IDLE_TRANSACTION_CAP = timedelta(seconds=10)
+
+
+def idle_transaction_timeout(lease: timedelta) -> timedelta:
+    """How long the server lets a session sit idle inside an open transaction before ending
+    it: a sixth of the lease, at least :data:`IDLE_TRANSACTION_FLOOR`, at most 10 s.
+
+    Engine statements are autocommit or transactions sent back to back, so only a client
+    frozen or cut off mid-transaction ever reaches it; its locks then go well within the
+    lease, and the other nodes take over when the lease expires.
+    """
+    return max(IDLE_TRANSACTION_FLOOR, min(lease / 6, _IDLE_TRANSACTION_CAP))
 
 
 def engine_options(backend: str, lease: timedelta) -> dict[str, Any]:
     """``create_engine`` options for an engine the Scheduler creates itself.
 
     Timeouts turn a hung connection (a partition, a dead server) into an error instead of a
-    thread stuck forever. They are generous (two leases and ten seconds): leases are guarded
-    by the heartbeat's watchdog, not by them, and a statement that merely waits for a lock
-    must not fail. On MySQL/MariaDB, READ COMMITTED keeps the pick's locking read from
-    taking gap locks, which made concurrent picks deadlock.
+    thread stuck forever. The statement and socket timeouts are generous (two leases and ten
+    seconds): leases are guarded by the heartbeat's watchdog, not by them, and a statement
+    that merely waits for a lock must not fail. The server-side bound on an idle transaction
+    (:func:`idle_transaction_timeout`) is short: it is what frees the locks of a client that
+    froze inside one. TCP keepalives on both ends notice a vanished peer within seconds. On
+    MySQL/MariaDB, READ COMMITTED keeps the pick from taking gap locks, which made concurrent
+    picks deadlock; MariaDB's ``idle_transaction_timeout`` is set on connect
+    (:meth:`Dialect.bound_sessions`).
     """
     ms = int((2 * lease.total_seconds() + 10) * 1000)
+    idle_ms = int(idle_transaction_timeout(lease).total_seconds() * 1000)
     if backend == "postgresql":
-        return {"connect_args": {"connect_timeout": 10, "tcp_user_timeout": ms,
-                                 "options": f"-c statement_timeout={ms}"}}
+        server = {
+            "statement_timeout": ms,
+            "idle_in_transaction_session_timeout": idle_ms,
+            "tcp_keepalives_idle": 5,
+            "tcp_keepalives_interval": 2,
+            "tcp_keepalives_count": 3,
+            "tcp_user_timeout": ms,
+        }
+        return {"connect_args": {
+            "connect_timeout": 10, "tcp_user_timeout": ms, "keepalives": 1,
+            "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+            "options": " ".join(f"-c {k}={v}" for k, v in server.items()),
+        }}
     if backend in ("mysql", "mariadb"):
         seconds = ms / 1000
-        return {"isolation_level": "READ COMMITTED",
+        # Autocommit by default: the engine's writes are single statements, and a connection
+        # that never switches modes needs no reset round trips when it goes back to the pool
+        # (a reset is also what fails, noisily, on a connection cut meanwhile). Transactions
+        # (registration, operations) switch to READ COMMITTED for their length.
+        return {"isolation_level": "AUTOCOMMIT",
                 "connect_args": {"connect_timeout": 10, "read_timeout": seconds,
                                  "write_timeout": seconds}}
     return {}
@@ -56,3 +174,50 @@ def dialect_for(engine: Engine) -> Dialect:
         raise ValueError(
             f"database {engine.dialect.name!r} is not supported; use one of: {supported}"
         ) from None
+
+
+_prepared: weakref.WeakSet[Engine] = weakref.WeakSet()
+_autocommit: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def autocommits(engine: Engine) -> bool:
+    """Whether ``engine`` (made by :func:`create_engine`) is in autocommit mode by default."""
+    return engine in _autocommit
+
+
+def prepare_engine(engine: Engine) -> Dialect:
+    """The backend for ``engine``, its per-connection set-up attached once per engine (a
+    Scheduler and its Client share one engine)."""
+    dialect = dialect_for(engine)
+    if engine not in _prepared:
+        dialect.configure_engine(engine)
+        _prepared.add(engine)
+    return dialect
+
+
+def create_engine(url: str | None, *, lease: timedelta) -> Engine:
+    """An engine for ``url`` (the embedded default when ``None``) with the options of
+    :func:`engine_options`; a malformed URL or an unsupported database raises ``ValueError``."""
+    if url is not None and not isinstance(url, str):
+        raise ValueError(f"url must be a string, got {type(url).__name__}")
+    try:
+        parsed = normalize_url(url or DEFAULT_URL)
+    except sa.exc.ArgumentError as exc:
+        raise ValueError(
+            f"url {url!r} is not a database URL: {exc} (e.g. "
+            "'postgresql+psycopg://user@host/db' or 'sqlite:///file.sqlite3')"
+        ) from None
+    # No pool_pre_ping: it would add a statement to every poll. A connection that died fails
+    # its statement, SQLAlchemy discards it, and every loop of the engine retries.
+    engine = sa.create_engine(
+        parsed, pool_size=5, max_overflow=10,
+        **engine_options(parsed.get_backend_name(), lease),
+    )
+    try:
+        prepare_engine(engine).bound_sessions(engine, idle_transaction_timeout(lease))
+        if engine_options(parsed.get_backend_name(), lease).get("isolation_level") == "AUTOCOMMIT":
+            _autocommit.add(engine)
+    except ValueError:
+        engine.dispose()
+        raise
+    return engine

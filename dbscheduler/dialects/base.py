@@ -1,26 +1,35 @@
 """The interface the store calls, and the SQL that is the same on every database.
 
-A dialect answers three questions the engine cannot answer portably: what "now" is on the
-database clock (:class:`db_now` / :class:`db_now_plus`, compiled per backend), how to insert a
-row only if its name is absent, and how to pick due rows so that two nodes never get the same
-one. Everything else is plain SQLAlchemy Core shared by all backends.
+A dialect answers what the engine cannot answer portably: what "now" is on the database clock
+(:class:`db_now` / :class:`db_now_plus`, compiled per backend), how to insert a row only if its
+name is absent, how to pick due rows so that two nodes never get the same one, how its columns
+are typed and bound, how to set up a connection, how to wake other nodes and how to tell its
+errors apart. Everything else is plain SQLAlchemy Core shared by all backends.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.util import ClauseAdapter
+from sqlalchemy.types import TypeEngine
 
-from ..table import UTCDateTime, to_utc
+from .types import UTCDateTime
 
-__all__ = ["Dialect", "PickedRow", "db_now", "db_now_plus"]
+__all__ = [
+    "ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
+    "driver_error", "insert_if_absent_statement",
+]
 
 log = logging.getLogger("dbscheduler.dialects")
 
@@ -60,23 +69,95 @@ def seconds_param(name: str) -> ColumnElement[float]:
 class Dialect:
     """What one database backend does differently. Subclasses live in ``dialects/<name>.py``.
 
-    The defaults implement the portable strategy: pick with ``SELECT … FOR UPDATE SKIP LOCKED``
-    then ``UPDATE … WHERE id IN (…)`` in one transaction, and insert-if-absent by catching the
-    unique violation.
+    The defaults implement the portable strategy: pick with one autocommit ``UPDATE … WHERE id
+    IN (oldest due ids)`` that stamps a claim, then read the claimed rows back (or have the
+    update return them), and insert-if-absent by catching the unique violation. No engine
+    statement leaves a lock behind it: a node frozen between two statements blocks nobody.
     """
 
     name: ClassVar[str] = "generic"
     supports_notify: ClassVar[bool] = False
     """Whether operations can wake sleeping nodes at once (PostgreSQL ``LISTEN/NOTIFY``)."""
 
-    single_statement_pick: ClassVar[bool] = False
-    """The pick is one statement, atomic on its own: run it without BEGIN/COMMIT round trips."""
+    returning_update: ClassVar[bool] = False
+    """``UPDATE`` can return the rows it changed (``RETURNING`` / ``OUTPUT``) in one round
+    trip; otherwise the engine reads them back by their fence or claim."""
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options of read-only statements: no BEGIN/COMMIT round trips around them."""
+    insert_needs_transaction: ClassVar[bool] = True
+    """Insert-if-absent rolls back to a savepoint on a duplicate, so registration runs in a
+    (short, back-to-back) transaction; otherwise each of its statements autocommits."""
+    transaction_isolation: ClassVar[str] = "READ COMMITTED"
+    """Isolation of the store's transactions on an engine that autocommits by default."""
+    update_from_values: ClassVar[bool] = False
+    """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
+    from :meth:`batch_rows`)."""
+    autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
+    """Execution options under which every statement commits on its own."""
+
+    embedded: ClassVar[bool] = False
+    """The database lives with the application (SQLite): the scheduler creates its table on
+    first use instead of asking for ``dbscheduler migrate``."""
 
     # -- engine set-up -------------------------------------------------------------------
     def configure_engine(self, engine: Engine) -> None:
         """Attach whatever the backend needs to every new connection (SQLite: locking)."""
+
+    def bound_sessions(self, engine: Engine, idle_transaction: timedelta) -> None:
+        """On an engine dbscheduler created, bound every session on the server side: a
+        transaction left open (a frozen or partitioned client) ends after
+        ``idle_transaction``. Nothing by default (the bounds go in the connect arguments, see
+        :func:`dbscheduler.dialects.engine_options`)."""
+    # -- column types --------------------------------------------------------------------
+    def timestamp_type(self) -> TypeEngine[Any]:
+        """The column type of an aware UTC timestamp."""
+        return sa.DateTime(timezone=True)
+
+    def bind_timestamp(self, utc: datetime) -> Any:
+        """The value bound for the aware UTC datetime ``utc``."""
+        return utc
+
+    def flag_type(self) -> TypeEngine[Any]:
+        """The column type of a boolean flag."""
+        return sa.Boolean(create_constraint=False)
+
+    def bind_flag(self, value: bool) -> Any:
+        """The value bound for a flag."""
+        return value
+
+    def text_type(self) -> TypeEngine[str] | None:
+        """This backend's variant of unbounded text, if the portable one does not fit."""
+        return None
+
+    def state_type(self) -> TypeEngine[str] | None:
+        """This backend's variant of the state column when :meth:`text_type` cannot hold
+        :data:`dbscheduler.table.MAX_STATE_BYTES` (MySQL's ``TEXT`` stops at 64 KiB)."""
+        return None
+
+    def name_type(self, length: int) -> TypeEngine[str] | None:
+        """This backend's variant of the name column: it must compare case- and
+        accent-sensitively; ``None`` when the portable ``Unicode(length)`` already does."""
+        return None
+
+    def id_type(self) -> TypeEngine[int] | None:
+        """This backend's variant of the primary key type, if ``BigInteger`` does not fit."""
+        return None
+
+    def table_options(self) -> dict[str, Any]:
+        """``sa.Table`` keyword options for this backend (prefixed with its name)."""
+        return {}
+
+    # -- migrations ----------------------------------------------------------------------
+    def offline_url(self, name: str) -> str:
+        """A URL Alembic can render offline SQL for, without a driver or a server."""
+        return f"{name}://"
+
+    def finish_offline_sql(self, sql: str) -> str:
+        """Adjust Alembic's offline SQL into a script a person can apply by hand."""
+        # Alembic asks some servers to return the inserted version number, which only makes
+        # sense through a driver.
+        sql = re.sub(r" OUTPUT inserted\.version_num", "", sql)
+        return re.sub(r" RETURNING \S*version_num( INTO :ret_0)?", "", sql)
 
     # -- registration --------------------------------------------------------------------
     def insert_if_absent(
@@ -107,6 +188,61 @@ class Dialect:
         return column.in_(list(names))
 
     # -- the pick ------------------------------------------------------------------------
+    def pick_values(
+        self, table: sa.Table, *, lease: timedelta, node_id: str, claim: str
+    ) -> list[tuple[sa.Column[Any], Any]]:
+        """The pick's assignments, in the order they must run.
+
+        The ``prev_*`` copies come first: MySQL evaluates single-table assignments left to
+        right, so they must read the old values before ``locked_by`` … are overwritten (every
+        other database evaluates every expression on the old row anyway).
+        """
+        t = table
+        return [
+            (t.c.prev_locked_by, t.c.locked_by),
+            (t.c.prev_next_process_at, t.c.next_process_at),
+            (t.c.prev_last_started_at, t.c.last_started_at),
+            (t.c.claim, claim),
+            (t.c.attempt, t.c.attempt + 1),
+            (t.c.total_attempt, t.c.total_attempt + 1),
+            (t.c.next_process_at, db_now_plus(lease.total_seconds())),
+            (t.c.locked_by, node_id),
+            (t.c.heartbeat_at, db_now()),
+            (t.c.last_started_at, db_now()),
+            (t.c.stop_requested, False),
+        ]
+
+    def pick_statement(
+        self,
+        table: sa.Table,
+        *,
+        where: ColumnElement[bool],
+        limit: int,
+        lease: timedelta,
+        node_id: str,
+        claim: str,
+    ) -> sa.Update:
+        """The portable pick: one ``UPDATE … WHERE id IN (the oldest due ids)``.
+
+        It holds no lock once it ends. Two pickers that chose the same row serialise on its
+        row lock for the length of one statement; the second then finds the row no longer due
+        (the due condition is repeated on the updated row itself), so a row is never taken
+        twice.
+        """
+        t = table
+        due = t.alias("due")
+        oldest = (
+            sa.select(due.c.id)
+            .where(ClauseAdapter(due).traverse(where), due.c.next_process_at <= db_now())
+            .order_by(due.c.next_process_at)
+            .limit(int(limit))
+        )
+        return (
+            sa.update(t)
+            .where(where, t.c.next_process_at <= db_now(), t.c.id.in_(oldest))
+            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
+        )
+
     def pick(
         self,
         conn: Connection,
@@ -116,88 +252,137 @@ class Dialect:
         limit: int,
         lease: timedelta,
         node_id: str,
+        claim: str,
+        candidates: ColumnElement[bool] | None = None,
+        next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        """Lock up to ``limit`` due rows matching ``where`` and take them for ``node_id``.
+        """Take up to ``limit`` due rows matching ``where`` for ``node_id``, stamped ``claim``.
 
-        Runs inside the caller's transaction. ``where`` already holds ``paused = false`` and
-        the name filter; the dialect adds ``next_process_at <= db now`` and the locking.
+        ``candidates``, when given, is implied by ``where`` and the due condition (it narrows
+        nothing) but tells the planner where the due rows are; ``next_due`` is the query for
+        the earliest row matching ``where`` that is not due yet, in the form the indexes
+        serve. A backend whose planner needs them (PostgreSQL) uses them; the others ignore
+        them.
+
+        ``conn`` is in autocommit: the pick is one statement (plus, where the database cannot
+        return updated rows, a plain non-locking read of the claimed rows). ``where`` already
+        holds ``paused = false`` and the name filter; the dialect adds ``next_process_at <= db
+        now`` and the ordering.
         """
-        rows = self.select_due_for_update(conn, table, where=where, limit=limit)
-        if not rows:
-            return []
-        now = to_utc(rows[0]["db_now"])
-        assert now is not None
-        expiry = now + lease
-        ids = [row["id"] for row in rows]
-        conn.execute(
-            sa.update(table)
-            .where(table.c.id.in_(ids))
-            .values(
-                attempt=table.c.attempt + 1,
-                total_attempt=table.c.total_attempt + 1,
-                next_process_at=expiry,
-                locked_by=node_id,
-                heartbeat_at=now,
-                last_started_at=now,
-                stop_requested=False,
-            )
+        stmt = self.pick_statement(
+            table, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim
         )
-        picked: list[PickedRow] = []
-        for row in rows:
-            new = dict(row)
-            new.pop("db_now")
-            new["prev_locked_by"] = row["locked_by"]
-            new["prev_next_process_at"] = row["next_process_at"]
-            new["prev_last_started_at"] = row["last_started_at"]
-            new.update(
-                attempt=row["attempt"] + 1,
-                total_attempt=row["total_attempt"] + 1,
-                next_process_at=expiry,
-                locked_by=node_id,
-                heartbeat_at=now,
-                last_started_at=now,
-                stop_requested=False,
-            )
-            picked.append(new)
-        return picked
+        if self.returning_update:
+            return [dict(r) for r in conn.execute(stmt.returning(*table.c)).mappings()]
+        conn.execute(stmt)
+        return self.claimed(conn, table, node_id=node_id, claim=claim)
 
-    def select_due_for_update(
-        self, conn: Connection, table: sa.Table, *, where: ColumnElement[bool], limit: int
-    ) -> list[dict[str, Any]]:
-        """The locking read of the portable pick: due rows with the database time as ``db_now``."""
+    def claimed(
+        self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
+    ) -> list[PickedRow]:
+        """The rows a pick stamped with ``claim`` and still held by ``node_id``."""
+        t = table
         stmt = (
-            sa.select(table, db_now().label("db_now"))
-            .where(where, table.c.next_process_at <= db_now())
-            .order_by(table.c.next_process_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+            sa.select(t)
+            .where(t.c.claim == claim, t.c.locked_by == node_id)
+            .order_by(t.c.prev_next_process_at, t.c.id)
         )
         return [dict(r) for r in conn.execute(stmt).mappings()]
+
+    def batch_rows(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> tuple[sa.FromClause, dict[str, Any]]:
+        """``rows`` as a derived table ``name(columns…)`` to update from, with the parameters
+        to execute it with: ``(VALUES (…), …)`` by default."""
+        return sa.values(*columns, name=name).data([tuple(r) for r in rows]), {}
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         """Tell listening nodes that something became due; a no-op where unsupported."""
 
+    def listen(
+        self,
+        engine: Engine,
+        channel: str,
+        *,
+        on_ready: Callable[[], None],
+        on_wait: Callable[[int], None],
+        stopping: threading.Event,
+    ) -> None:
+        """Hold a connection listening on ``channel`` until ``stopping`` is set: call
+        ``on_ready`` once listening, then ``on_wait(n)`` after every wait of at most half a
+        second with the number of notifications it received; raise when the connection fails
+        (the caller reconnects). Only where :attr:`supports_notify`."""
+        raise NotImplementedError(f"{self.name} has no LISTEN/NOTIFY")
+
     # -- errors --------------------------------------------------------------------------
+    # Each backend classifies its own driver's errors by code (SQLSTATE, errno, ORA-…): a
+    # message text such as "does not exist" also describes a missing database or user.
     def is_transient(self, exc: BaseException) -> bool:
         """True for errors worth retrying at once: deadlocks and serialization failures."""
-        text = str(getattr(exc, "orig", exc)).lower()
-        return any(
-            marker in text
-            for marker in ("deadlock", "40p01", "40001", "could not serialize", "(1213,",
-                           "(1205,", "lock wait timeout", "ora-00060", "database is locked")
-        )
+        return False
 
     def is_missing_table(self, exc: BaseException) -> bool:
         """True when ``exc`` says the table does not exist."""
-        text = str(getattr(exc, "orig", exc)).lower()
-        return any(
-            marker in text
-            for marker in (
-                "no such table",
-                "does not exist",
-                "doesn't exist",
-                "invalid object name",
-                "ora-00942",
-            )
-        )
+        return False
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        """What went wrong when ``exc`` means no session could be opened, else ``None``."""
+        return None
+
+
+ConnectKind = Literal["host", "starting", "database", "user", "password", "login"]
+
+
+@dataclass(frozen=True)
+class ConnectProblem:
+    """Why a connection failed, in words for the person who wrote the URL.
+
+    ``kind`` is ``host`` (nothing answers at that address, or the name does not resolve),
+    ``starting`` (the server answers but is not ready yet), ``database`` (no such database),
+    ``user``, ``password``, or ``login`` (user or password wrong; the server does not say
+    which). Only ``host`` and ``starting`` can go away by waiting.
+    """
+
+    kind: ConnectKind
+    message: str
+
+    @property
+    def may_pass(self) -> bool:
+        """True when the same URL may work later (the server is down or still starting)."""
+        return self.kind in ("host", "starting")
+
+
+def driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception inside a SQLAlchemy one (``exc.orig``), else ``exc`` itself."""
+    orig = getattr(exc, "orig", None)
+    return orig if isinstance(orig, BaseException) else exc
+
+
+def first_int_arg(exc: BaseException) -> int | None:
+    """The error number PyMySQL and pyodbc-style drivers put first in ``args``."""
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def insert_if_absent_statement(
+    table: sa.Table, values: Mapping[str, Any], guard_hints: str | None = None
+) -> sa.Insert:
+    """``INSERT INTO t (…) SELECT :v, … WHERE NOT EXISTS (SELECT * FROM t WHERE name = :name)``.
+
+    For backends without an upsert (SQL Server takes ``guard_hints`` on the probe; Oracle
+    renders ``FROM DUAL``). ``None`` values are left out: the columns default to ``NULL``, and an
+    untyped ``NULL`` parameter in a select list is something drivers describe differently.
+    """
+    present = {k: v for k, v in values.items() if v is not None}
+    binds = {
+        name: sa.bindparam(f"v_{name}", value, type_=table.c[name].type)
+        for name, value in present.items()
+    }
+    existing = table.alias("existing")
+    probe = sa.select(existing.c.id).where(existing.c.queue_name == binds["queue_name"])
+    if guard_hints is not None:
+        probe = probe.with_hint(existing, guard_hints, "mssql")
+    return sa.insert(table).from_select(
+        list(binds), sa.select(*binds.values()).where(~probe.exists())
+    )

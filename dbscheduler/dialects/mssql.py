@@ -2,21 +2,21 @@
 
 Timestamps are ``DATETIME2(6)`` holding UTC, compared against ``SYSUTCDATETIME()``.
 
-The pick (DESIGN §3.2) is the classic SQL Server queue statement::
+The pick is the classic SQL Server queue statement::
 
     WITH dbscheduler_due AS (
         SELECT TOP n * FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
         WHERE <filter> AND next_process_at <= SYSUTCDATETIME() ORDER BY next_process_at)
     UPDATE dbscheduler_due SET attempt = dbscheduler_due.attempt + 1, …
-    OUTPUT inserted.*, deleted.locked_by AS prev_locked_by, …
+    OUTPUT inserted.*
 
 ``UPDLOCK`` takes update locks that two pickers cannot both hold, ``READPAST`` skips rows
 another picker holds instead of waiting for them, ``ROWLOCK`` keeps our locks at row level so
 other pickers skip just the rows taken (not whole pages), and ``READCOMMITTEDLOCK`` keeps the
 read a locking read where the database has ``READ_COMMITTED_SNAPSHOT`` on (the Azure SQL
-default): the documented condition for ``READPAST`` there. ``OUTPUT deleted.…`` returns the
-values before the update, which is how the engine learns that a row belonged to a vanished
-node.
+default): the documented condition for ``READPAST`` there. The same statement copies the
+values it overwrites into the ``prev_*`` columns, which is how the engine learns that a row
+belonged to a vanished node. It is one autocommit statement: its locks end with it.
 
 SQL Server holds the update lock on every due row the plan *read*, not only the ``TOP n`` it
 took: with a scan and sort (small tables) a concurrent picker may get fewer rows for the
@@ -26,17 +26,28 @@ moment, never the same ones.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mssql import DATETIME2, NVARCHAR
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
 
-from .base import Dialect, PickedRow, db_now, db_now_plus
+from .base import (
+    ConnectProblem,
+    Dialect,
+    PickedRow,
+    db_now,
+    db_now_plus,
+    driver_error,
+    insert_if_absent_statement,
+)
 
 PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
@@ -50,8 +61,10 @@ IN_LIST_LIMIT = 1000
 """Longest name list sent as plain ``IN (?, …)``; SQL Server allows 2,100 parameters per
 statement, so longer lists travel as one JSON text instead."""
 
+_NATIVE_CODE = re.compile(r"\((\d+)\)")
+
 _PREVIOUS = ("locked_by", "next_process_at", "last_started_at")
-"""Columns whose values before the pick are returned as ``prev_<name>``."""
+"""Columns whose values before the pick are copied to ``prev_<name>``."""
 
 
 @compiles(db_now, "mssql")
@@ -75,7 +88,23 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 
 class MSSQLDialect(Dialect):
     name = "mssql"
-    single_statement_pick = True
+    returning_update = True
+
+    def timestamp_type(self) -> TypeEngine[Any]:
+        return DATETIME2(precision=6)  # type: ignore[no-untyped-call]
+
+    def bind_timestamp(self, utc: datetime) -> Any:
+        return utc.replace(tzinfo=None)  # DATETIME2 holds UTC wall time
+
+    def text_type(self) -> TypeEngine[str]:
+        # NVARCHAR(max), not the deprecated NTEXT SQLAlchemy picks when it cannot see the server.
+        return NVARCHAR(None)
+
+    def name_type(self, length: int) -> TypeEngine[str]:
+        return sa.Unicode(length, collation="Latin1_General_100_BIN2")
+
+    def offline_url(self, name: str) -> str:
+        return "mssql+pyodbc://"
 
     # -- registration --------------------------------------------------------------------
     def insert_if_absent(
@@ -112,6 +141,26 @@ class MSSQLDialect(Dialect):
         return column.in_(values.columns(sa.column("value", sa.Unicode())))
 
     # -- the pick ------------------------------------------------------------------------
+    def is_transient(self, exc: BaseException) -> bool:
+        state, codes = _odbc_error(exc)
+        return state == "40001" or bool(codes & {1205})  # 1205: chosen as deadlock victim
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        state, codes = _odbc_error(exc)
+        return state == "42S02" or 208 in codes  # 208: invalid object name
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        state, codes = _odbc_error(exc)
+        if 4060 in codes:
+            return ConnectProblem("database", "the server has no such database, or the login "
+                                              "may not open it (4060)")
+        if 18456 in codes or state == "28000":
+            return ConnectProblem("login", "login failed: unknown user or wrong password (18456)")
+        if state in ("08001", "08S01", "HYT00"):
+            return ConnectProblem("host", "no server answers at that address (SQLSTATE "
+                                          f"{state})")
+        return None
+
     def pick(
         self,
         conn: Connection,
@@ -121,13 +170,21 @@ class MSSQLDialect(Dialect):
         limit: int,
         lease: timedelta,
         node_id: str,
+        claim: str,
+        candidates: ColumnElement[bool] | None = None,
+        next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        stmt = pick_statement(table, where, limit, lease, node_id)
+        stmt = pick_statement(table, where, limit, lease, node_id, claim)
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
 def pick_statement(
-    table: sa.Table, where: ColumnElement[bool], limit: int, lease: timedelta, node_id: str
+    table: sa.Table,
+    where: ColumnElement[bool],
+    limit: int,
+    lease: timedelta,
+    node_id: str,
+    claim: str,
 ) -> sa.Update:
     """The one-statement pick (module docstring); every value is a bound parameter.
 
@@ -143,14 +200,13 @@ def pick_statement(
         .limit(int(limit))
         .cte("dbscheduler_due")
     )
-    # `deleted` is SQL Server's pseudo-table of the rows as they were before this UPDATE.
-    previous = [
-        sa.literal_column(f"deleted.{name}", t.c[name].type).label(f"prev_{name}")
-        for name in _PREVIOUS
-    ]
+    # SQL Server evaluates every SET expression on the row as it was: the prev_* copies get
+    # the overwritten values whatever their order.
     return (
         sa.update(due)
         .values(
+            **{f"prev_{name}": due.c[name] for name in _PREVIOUS},
+            claim=claim,
             attempt=due.c.attempt + 1,
             total_attempt=due.c.total_attempt + 1,
             next_process_at=db_now_plus(lease.total_seconds()),
@@ -159,33 +215,18 @@ def pick_statement(
             last_started_at=db_now(),
             stop_requested=False,
         )
-        .returning(*due.c, *previous)
-    )
-
-
-def insert_if_absent_statement(
-    table: sa.Table, values: Mapping[str, Any], guard_hints: str | None = None
-) -> sa.Insert:
-    """``INSERT INTO t (…) SELECT :v, … WHERE NOT EXISTS (SELECT * FROM t WHERE name = :name)``.
-
-    Shared with Oracle (which renders ``FROM DUAL`` and takes no hints). ``None`` values are
-    left out: the columns default to ``NULL``, and an untyped ``NULL`` parameter in a select
-    list is something drivers describe differently.
-    """
-    present = {k: v for k, v in values.items() if v is not None}
-    binds = {
-        name: sa.bindparam(f"v_{name}", value, type_=table.c[name].type)
-        for name, value in present.items()
-    }
-    existing = table.alias("existing")
-    probe = sa.select(existing.c.id).where(existing.c.queue_name == binds["queue_name"])
-    if guard_hints is not None:
-        probe = probe.with_hint(existing, guard_hints, "mssql")
-    return sa.insert(table).from_select(
-        list(binds), sa.select(*binds.values()).where(~probe.exists())
+        .returning(*due.c)
     )
 
 
 def _name_exists(conn: Connection, table: sa.Table, name: str) -> bool:
     found = conn.execute(sa.select(table.c.id).where(table.c.queue_name == name)).first()
     return found is not None
+
+
+def _odbc_error(exc: BaseException) -> tuple[str | None, set[int]]:
+    """pyodbc's ``(SQLSTATE, message)``, the message carrying native numbers as ``(208)``."""
+    args: tuple[Any, ...] = getattr(driver_error(exc), "args", ())
+    state = args[0] if args and isinstance(args[0], str) else None
+    message = str(args[1]) if len(args) > 1 else ""
+    return state, {int(n) for n in _NATIVE_CODE.findall(message)}

@@ -1,22 +1,70 @@
-"""MySQL ≥ 8 and MariaDB ≥ 10.6: ``SELECT … FOR UPDATE SKIP LOCKED`` then ``UPDATE`` by id.
+"""MySQL ≥ 8 and MariaDB ≥ 10.6: the pick is one autocommit ``UPDATE … ORDER BY … LIMIT n``.
 
-Neither server has ``UPDATE … RETURNING`` (MariaDB only on ``INSERT``/``DELETE``), so the
-portable two-statement pick of :class:`~dbscheduler.dialects.base.Dialect` is used as is.
+Neither server has ``UPDATE … RETURNING`` (MariaDB only on ``INSERT``/``DELETE``), and neither
+accepts ``LIMIT`` in an ``IN`` subquery of the updated table. The pick is therefore a
+single-table ``UPDATE … WHERE due ORDER BY next_process_at LIMIT n`` that stamps a fresh claim
+value and copies the overwritten values to ``prev_*`` (assignments run left to right), followed
+by a plain non-locking ``SELECT`` of the claimed rows. Under READ COMMITTED a concurrent pick
+waits for that one statement only, then finds the rows no longer due and skips them: no lock
+outlives a statement.
+
 Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)``.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects.mysql import DATETIME as MY_DATETIME
+from sqlalchemy.dialects.mysql import LONGTEXT
 from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import Update
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
 
-from .base import Dialect, db_now, db_now_plus
+from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, first_int_arg
+
+TRANSIENT_ERRNOS = frozenset({1213, 1205})
+"""ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
+NO_SUCH_TABLE = 1146
+BAD_DATABASE = 1049
+ACCESS_DENIED = frozenset({1045, 1698})
+"""ER_ACCESS_DENIED_ERROR; 1698 is MariaDB's for a user that has no password login."""
+CANNOT_CONNECT = frozenset({2002, 2003, 2005, 2006, 2013})
+"""Client errors: no server at the socket/host, unknown host, server gone, lost connection."""
+STARTING = frozenset({1040, 1053})
+"""Too many connections; server shutdown in progress."""
+
+log = logging.getLogger("dbscheduler.dialects")
+
+
+class OldestFirstUpdate(Update):
+    """A single-table ``UPDATE … ORDER BY next_process_at LIMIT n`` (``mysql_limit``)."""
+
+    inherit_cache = True
+
+
+@compiles(OldestFirstUpdate, "mysql")
+@compiles(OldestFirstUpdate, "mariadb")
+def _oldest_first(element: OldestFirstUpdate, compiler: SQLCompiler, **kw: Any) -> str:
+    sql = compiler.visit_update(element, **kw)
+    head, limit, count = sql.rpartition(" LIMIT ")
+    if not limit:
+        raise ValueError("OldestFirstUpdate needs mysql_limit")
+    table = element.table
+    assert isinstance(table, sa.Table)
+    order = compiler.process(table.c.next_process_at, **kw)
+    return f"{head} ORDER BY {order}{limit}{count}"
 
 
 @compiles(db_now, "mysql")
@@ -35,6 +83,63 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 
 class MySQLDialect(Dialect):
     name = "mysql"
+    insert_needs_transaction = False
+    transaction_isolation = "READ COMMITTED"
+
+    def bound_sessions(self, engine: Engine, idle_transaction: timedelta) -> None:
+        """Every session READ COMMITTED (the pick then takes no gap locks, which made
+        concurrent picks deadlock, also in autocommit); on MariaDB ``idle_transaction_timeout``
+        too. MySQL has no such variable; there every engine statement is autocommit or a
+        back-to-back transaction, and the README says what to set server-side."""
+        seconds = max(1, math.ceil(idle_transaction.total_seconds()))
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, record: Any) -> None:
+            info = str(getattr(dbapi_conn, "get_server_info", lambda: "")())
+            cursor = dbapi_conn.cursor()
+            try:
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                if "mariadb" in info.lower():
+                    cursor.execute(f"SET SESSION idle_transaction_timeout = {int(seconds)}")
+            finally:
+                cursor.close()
+
+    def pick_statement(
+        self,
+        table: sa.Table,
+        *,
+        where: ColumnElement[bool],
+        limit: int,
+        lease: timedelta,
+        node_id: str,
+        claim: str,
+    ) -> sa.Update:
+        t = table
+        return (
+            OldestFirstUpdate(t)
+            .where(where, t.c.next_process_at <= db_now())
+            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
+            .with_dialect_options(mysql_limit=int(limit))
+        )
+
+    def timestamp_type(self) -> TypeEngine[Any]:
+        return MY_DATETIME(fsp=6)
+
+    def bind_timestamp(self, utc: datetime) -> Any:
+        return utc.replace(tzinfo=None)  # DATETIME holds UTC wall time
+
+    def name_type(self, length: int) -> TypeEngine[str]:
+        return sa.Unicode(length, collation="utf8mb4_bin")
+
+    def state_type(self) -> TypeEngine[str]:
+        return LONGTEXT()
+
+    def table_options(self) -> dict[str, Any]:
+        return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                "mysql_collate": "utf8mb4_bin"}
+
+    def offline_url(self, name: str) -> str:
+        return f"{name}+pymysql://"
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
@@ -49,3 +154,31 @@ class MySQLDialect(Dialect):
     ) -> None:
         stmt = mysql_insert(table).on_duplicate_key_update(id=table.c.id)
         conn.execute(stmt, list(rows))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return first_int_arg(driver_error(exc)) in TRANSIENT_ERRNOS
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return first_int_arg(driver_error(exc)) == NO_SUCH_TABLE
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        orig = driver_error(exc)
+        errno = first_int_arg(orig)
+        args: tuple[Any, ...] = getattr(orig, "args", ())
+        text = str(args[1]) if len(args) > 1 else str(orig)
+        if errno == BAD_DATABASE:
+            found = re.search(r"'([^']*)'", text)
+            name = found.group(1) if found else "?"
+            return ConnectProblem("database", f"the server has no database {name!r}")
+        if errno in ACCESS_DENIED:
+            # MySQL answers "access denied" alike for an unknown user and a wrong password.
+            return ConnectProblem("login", f"unknown user or wrong password: {text}")
+        if errno in CANNOT_CONNECT:
+            if re.search(r"Name or service not known|nodename nor servname|"
+                         r"getaddrinfo failed|Errno -[23]\b", text):
+                return ConnectProblem("host", f"the host name does not resolve: {text}")
+            return ConnectProblem("host", f"no server answers: {text}")
+        if errno in STARTING:
+            return ConnectProblem("starting", f"the server does not accept connections yet: "
+                                              f"{text}")
+        return None

@@ -1,13 +1,11 @@
-"""Oracle ≥ 19 (python-oracledb, thin or thick): ``FOR UPDATE SKIP LOCKED`` cursor, then update.
+"""Oracle ≥ 19 (python-oracledb, thin or thick): the portable one-statement pick.
 
-**The pick.** Oracle rejects ``FETCH FIRST`` together with ``FOR UPDATE`` (ORA-02014), and a
-``ROWNUM`` limit in the same query block applies before ``ORDER BY``. With ``SKIP LOCKED``,
-Oracle locks a row only when it is *fetched*, skipping rows another session holds and rows
-changed since the cursor opened, so the pick opens the ordered cursor and fetches just
-``limit`` rows. The driver's fetch buffer is sized to ``limit`` for that one cursor
-(``arraysize`` and ``prefetchrows``), otherwise it would fetch, and lock, up to 100 rows ahead.
-The update by id then runs in the same transaction (the portable pick of
-:class:`~.base.Dialect`).
+**The pick** is :class:`~.base.Dialect`'s: one autocommit ``UPDATE … WHERE due AND id IN
+(SELECT … ORDER BY next_process_at FETCH FIRST n ROWS ONLY)`` stamping a claim, then a plain
+read of the claimed rows. No lock outlives the statement (a ``FOR UPDATE`` cursor would hold
+its locks until the commit, across the round trips of the fetch and the update). Two pickers
+that chose the same row queue on its row lock for one statement; Oracle then re-evaluates the
+``WHERE`` on the changed row (write consistency: the statement restarts) and skips it.
 
 **Timestamps** are ``TIMESTAMP WITH TIME ZONE`` holding UTC at offset ``+00:00``:
 
@@ -25,26 +23,36 @@ The update by id then runs in the same transaction (the portable pick of
 **Text.** ``payload`` is a ``CLOB``; its parameters are bound as ``CLOB`` too (see
 :func:`_bind_types`), so they can meet the column in an expression.
 
-**Flags** are ``INTEGER`` 0/1 (no ``BOOLEAN`` before 23ai): :class:`~dbscheduler.table.Flag`
-binds them as numbers, and comparisons are ``paused = :param``, never a boolean literal.
+**Flags** are ``INTEGER`` 0/1 (no ``BOOLEAN`` before 23ai):
+:class:`~dbscheduler.dialects.types.Flag` binds them as numbers, and comparisons are
+``paused = :param``, never a boolean literal.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects.oracle import TIMESTAMP as ORA_TIMESTAMP
 from sqlalchemy.engine import Connection, Engine, ExecutionContext
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.types import TypeEngine
 
-from ..table import UTCDateTime
-from .base import Dialect, PickedRow, db_now, db_now_plus
-from .mssql import insert_if_absent_statement
+from .base import (
+    ConnectKind,
+    ConnectProblem,
+    Dialect,
+    db_now,
+    db_now_plus,
+    driver_error,
+    insert_if_absent_statement,
+)
+from .types import UTCDateTime
 
 NOW_SQL = "FROM_TZ(CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS TIMESTAMP), '+00:00')"
 """The database clock in UTC, at the numeric offset python-oracledb thin mode can read."""
@@ -52,8 +60,22 @@ NOW_SQL = "FROM_TZ(CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS TIMESTAMP), '+00:00')"
 IN_LIST_LIMIT = 1000
 """Oracle allows at most 1,000 expressions in one ``IN`` list (ORA-01795)."""
 
-FETCH_ROWS_OPTION = "dbscheduler_fetch_rows"
-"""Execution option: size the driver's fetch buffer of this one statement to N rows."""
+TRANSIENT_CODES = frozenset({"ORA-00060", "ORA-08177"})
+"""Deadlock detected; cannot serialize access."""
+MISSING_TABLE = "ORA-00942"
+_CONNECT_CODES: dict[str, tuple[ConnectKind, str]] = {
+    "ORA-01017": ("login", "unknown user or wrong password"),
+    "ORA-12514": ("database", "the listener does not know this service name"),
+    "ORA-12505": ("database", "the listener does not know this SID"),
+    "DPY-6001": ("database", "the listener does not know this service name"),
+    "ORA-12541": ("host", "no listener at that address"),
+    "ORA-12170": ("host", "connection timed out"),
+    "DPY-6005": ("host", "cannot connect to the server"),
+    "ORA-01033": ("starting", "the database is starting or stopping"),
+    "ORA-01034": ("starting", "the database is not available"),
+}
+"""python-oracledb error codes of a connection that could not be opened."""
+
 
 
 @compiles(db_now, "oracle")
@@ -97,39 +119,49 @@ def _bind_types(
                 inputsizes[bind] = lob
 
 
-def _size_fetch_buffer(
-    conn: Connection,
-    cursor: Any,
-    statement: str,
-    parameters: Any,
-    context: ExecutionContext | None,
-    executemany: bool,
-) -> None:
-    """``before_cursor_execute``: honour :data:`FETCH_ROWS_OPTION` on this statement's cursor."""
-    rows = context.execution_options.get(FETCH_ROWS_OPTION) if context is not None else None
-    if rows:
-        # Rows are locked as the driver fetches them: fetch no more than we will take.
-        cursor.arraysize = rows
-        if hasattr(cursor, "prefetchrows"):
-            cursor.prefetchrows = rows
-
-
 class OracleDialect(Dialect):
     name = "oracle"
 
+    def timestamp_type(self) -> TypeEngine[Any]:
+        return ORA_TIMESTAMP(timezone=True)
+
+    def flag_type(self) -> TypeEngine[Any]:
+        return sa.SmallInteger()  # no BOOLEAN columns before 23ai
+
+    def bind_flag(self, value: bool) -> Any:
+        return int(value)
+
+    def offline_url(self, name: str) -> str:
+        return "oracle+oracledb://"
+
+    def finish_offline_sql(self, sql: str) -> str:
+        # Oracle has no transactional DDL, but the version row's INSERT needs a commit.
+        return super().finish_offline_sql(sql) + "COMMIT\n\n/\n\n"
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return _oracle_code(exc) in TRANSIENT_CODES
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return _oracle_code(exc) == MISSING_TABLE
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        code = _oracle_code(exc)
+        if code not in _CONNECT_CODES:
+            return None
+        kind, text = _CONNECT_CODES[code]
+        return ConnectProblem(kind, f"{text} ({code})")
+
     # -- engine set-up -------------------------------------------------------------------
     def configure_engine(self, engine: Engine) -> None:
-        """Bind timestamps and text as the columns need; size the pick's fetch buffer.
+        """Bind timestamps and text as the columns need.
 
         On an application's own engine, its statements are affected only in that their
         ``CLOB`` (``Text``) parameters are bound as ``CLOB``, as SQLAlchemy 1.x did; the
-        timestamp rule and the fetch size apply to dbscheduler's columns and statements only.
+        timestamp rule applies to dbscheduler's columns only.
         Calling this twice adds nothing.
         """
         if not event.contains(engine, "do_setinputsizes", _bind_types):
             event.listen(engine, "do_setinputsizes", _bind_types)
-        if not event.contains(engine, "before_cursor_execute", _size_fetch_buffer):
-            event.listen(engine, "before_cursor_execute", _size_fetch_buffer)
 
     # -- registration --------------------------------------------------------------------
     def insert_if_absent(
@@ -165,47 +197,12 @@ class OracleDialect(Dialect):
             return column.in_(names)
         return sa.or_(*(column.in_(chunk) for chunk in chunks))
 
-    # -- the pick ------------------------------------------------------------------------
-    def pick(
-        self,
-        conn: Connection,
-        table: sa.Table,
-        *,
-        where: ColumnElement[bool],
-        limit: int,
-        lease: timedelta,
-        node_id: str,
-    ) -> list[PickedRow]:
-        # The update is `id IN (…picked ids)`: keep it within one IN list. A node with more
-        # free workers picks again at once (the poller re-polls after a non-empty pick).
-        return super().pick(
-            conn,
-            table,
-            where=where,
-            limit=min(limit, IN_LIST_LIMIT),
-            lease=lease,
-            node_id=node_id,
-        )
 
-    def select_due_for_update(
-        self, conn: Connection, table: sa.Table, *, where: ColumnElement[bool], limit: int
-    ) -> list[dict[str, Any]]:
-        result = conn.execute(
-            due_for_update_statement(table, where).execution_options(
-                **{FETCH_ROWS_OPTION: int(limit)}
-            )
-        )
-        try:
-            return [dict(r) for r in result.mappings().fetchmany(limit)]
-        finally:
-            result.close()
-
-
-def due_for_update_statement(table: sa.Table, where: ColumnElement[bool]) -> sa.Select[Any]:
-    """Due rows, oldest first, ``FOR UPDATE SKIP LOCKED``, with no row limit in the SQL."""
-    return (
-        sa.select(table, db_now().label("db_now"))
-        .where(where, table.c.next_process_at <= db_now())
-        .order_by(table.c.next_process_at)
-        .with_for_update(skip_locked=True)
-    )
+def _oracle_code(exc: BaseException) -> str | None:
+    """``ORA-00942`` / ``DPY-6005``: python-oracledb's ``full_code`` of the error object."""
+    args: tuple[Any, ...] = getattr(driver_error(exc), "args", ())
+    code = getattr(args[0], "full_code", None) if args else None
+    if isinstance(code, str):
+        return code
+    found = re.match(r"((?:ORA|DPY)-\d+)", str(driver_error(exc)))
+    return found.group(1) if found else None

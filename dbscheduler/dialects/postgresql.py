@@ -1,26 +1,51 @@
 """PostgreSQL: the whole pick is one ``UPDATE … RETURNING`` statement, and ``NOTIFY`` wakes nodes.
 
-The pick locks due rows with ``FOR UPDATE SKIP LOCKED`` in a CTE that also remembers what the
-rows looked like before (who held them, when they were due), so a single round trip both takes
-the rows and tells the engine which ones belonged to a vanished node.
+The pick locks due rows with ``FOR UPDATE SKIP LOCKED`` in a CTE and updates them in the same
+autocommit statement, copying what it overwrites (who held them, when they were due) into the
+``prev_*`` columns, so a single round trip both takes the rows and tells the engine which ones
+belonged to a vanished node; its locks end with the statement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import TIMESTAMP as PG_TIMESTAMP
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
+from sqlalchemy.types import TypeEngine
 
-from .base import Dialect, PickedRow, db_now, db_now_plus
+from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus, driver_error
+from .types import FalseDefault
+
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+"""deadlock_detected, serialization_failure."""
+UNDEFINED_TABLE = "42P01"
+
+# libpq reports a failed connection without a SQLSTATE (the server's FATAL message is all the
+# client gets), so connection failures are recognised by the server's and libpq's own texts.
+_CONNECT_TEXTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r'database "(?P<x>[^"]*)" does not exist'), "database"),
+    (re.compile(r'role "(?P<x>[^"]*)" does not exist'), "user"),
+    (re.compile(r'password authentication failed for user "(?P<x>[^"]*)"'), "password"),
+    (re.compile(r"no password supplied|password is required|fe_sendauth"), "password"),
+    (re.compile(r"the database system is (starting up|in recovery mode|shutting down)"
+                r"|too many clients"), "starting"),
+    (re.compile(r"failed to resolve host '(?P<x>[^']*)'|could not translate host name "
+                r'"(?P<y>[^"]*)"'), "resolve"),
+    (re.compile(r"connection refused|timeout expired|no route to host|network is unreachable"
+                r"|server closed the connection|connection timed out", re.I), "host"),
+)
 
 
 @compiles(db_now, "postgresql")
@@ -35,10 +60,44 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     return f"(statement_timestamp() + make_interval(secs => {compiler.process(seconds, **kw)}))"
 
 
+@compiles(FalseDefault, "postgresql")
+def _false(element: FalseDefault, compiler: SQLCompiler, **kw: Any) -> str:
+    return "false"
+
+
 class PostgreSQLDialect(Dialect):
     name = "postgresql"
+    insert_needs_transaction = False
+
+    def timestamp_type(self) -> TypeEngine[Any]:
+        return PG_TIMESTAMP(timezone=True, precision=6)
+
+    def listen(
+        self,
+        engine: Engine,
+        channel: str,
+        *,
+        on_ready: Callable[[], None],
+        on_wait: Callable[[int], None],
+        stopping: threading.Event,
+    ) -> None:
+        raw = engine.raw_connection()
+        try:
+            conn: Any = raw.driver_connection  # psycopg 3: notifies() is driver API
+            conn.autocommit = True
+            conn.execute(f'LISTEN "{channel}"')
+            on_ready()
+            while not stopping.is_set():
+                on_wait(sum(1 for _ in conn.notifies(timeout=0.5, stop_after=1)))
+        except Exception:
+            raw.invalidate()
+            raise
+        finally:
+            raw.close()
+
     supports_notify = True
-    single_statement_pick = True
+    returning_update = True
+    update_from_values = True
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
@@ -67,17 +126,19 @@ class PostgreSQLDialect(Dialect):
         limit: int,
         lease: timedelta,
         node_id: str,
+        claim: str,
+        candidates: ColumnElement[bool] | None = None,
+        next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
         t = table
         later = t.alias("later")
         due = (
-            sa.select(
-                t.c.id,
-                t.c.locked_by.label("prev_locked_by"),
-                t.c.next_process_at.label("prev_next_process_at"),
-                t.c.last_started_at.label("prev_last_started_at"),
-            )
-            .where(where, t.c.next_process_at <= db_now())
+            sa.select(t.c.id)
+            # Without the candidates, a table whose earliest rows all belong to handlers this
+            # node lacks (a million overdue jobs of another service) would be read past,
+            # row by row, in due-time order on every pick.
+            .where(where, t.c.next_process_at <= db_now(),
+                   *([candidates] if candidates is not None else []))
             .order_by(t.c.next_process_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -86,30 +147,74 @@ class PostgreSQLDialect(Dialect):
         stmt = (
             sa.update(t)
             .where(t.c.id == due.c.id)
-            .values(
-                attempt=t.c.attempt + 1,
-                total_attempt=t.c.total_attempt + 1,
-                next_process_at=db_now_plus(lease.total_seconds()),
-                locked_by=node_id,
-                heartbeat_at=db_now(),
-                last_started_at=db_now(),
-                stop_requested=False,
-            )
+            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
             .returning(
                 *t.c,
-                due.c.prev_locked_by,
-                due.c.prev_next_process_at,
-                due.c.prev_last_started_at,
                 # The statement's snapshot still shows picked rows at their old (past) due
                 # times, so "> now" leaves exactly the rows due later: the poller's next
                 # wake-up, without another round trip.
-                sa.select(sa.func.min(later.c.next_process_at))
-                .where(ClauseAdapter(later).traverse(where), later.c.next_process_at > db_now())
-                .scalar_subquery()
-                .label("next_due"),
+                (
+                    next_due if next_due is not None
+                    else sa.select(sa.func.min(later.c.next_process_at)).where(
+                        ClauseAdapter(later).traverse(where), later.c.next_process_at > db_now())
+                ).scalar_subquery().label("next_due"),
             )
         )
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
+    def batch_rows(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> tuple[sa.FromClause, dict[str, Any]]:
+        # unnest() of one array parameter per column: the statement's text is the same for
+        # every batch size, so it is compiled once and prepared by the server, where VALUES
+        # would be a new statement (compiled on the node's CPU) for each number of rows.
+        arrays = [
+            sa.cast(sa.bindparam(f"{name}_{c.name}"), ARRAY(c.type)) for c in columns
+        ]
+        source = (
+            sa.func.unnest(*arrays)
+            .table_valued(*(sa.column(c.name, c.type) for c in columns))
+            .render_derived(name=name)
+        )
+        params = {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
+        return source, params
+
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(channel, payload)))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return getattr(driver_error(exc), "sqlstate", None) in TRANSIENT_SQLSTATES
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return getattr(driver_error(exc), "sqlstate", None) == UNDEFINED_TABLE
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        orig = driver_error(exc)
+        if getattr(orig, "sqlstate", None) is not None:
+            return None  # the session exists: the server answered a statement
+        text = str(orig)
+        for pattern, kind in _CONNECT_TEXTS:
+            found = pattern.search(text)
+            if found is None:
+                continue
+            what = next((v for v in found.groupdict().values() if v), "")
+            if kind == "database":
+                return ConnectProblem("database", f"the server has no database {what!r}")
+            if kind == "user":
+                return ConnectProblem("user", f"the server has no user (role) {what!r}")
+            if kind == "password":
+                who = f" for user {what!r}" if what else ""
+                return ConnectProblem("password", f"wrong or missing password{who}")
+            if kind == "starting":
+                return ConnectProblem(
+                    "starting", f"the server does not accept connections yet: {found.group(0)}"
+                )
+            if kind == "resolve":
+                return ConnectProblem("host", f"the host name {what!r} does not resolve")
+            return ConnectProblem("host", f"no server answers: {_first_line(text)}")
+        return None
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line.removeprefix("connection failed: ")

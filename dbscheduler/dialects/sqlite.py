@@ -1,15 +1,23 @@
-"""SQLite (the embedded default): ``BEGIN IMMEDIATE`` serialises writers across processes.
+"""SQLite ≥ 3.35 (the embedded default): every engine write is one autocommit statement.
 
-SQLite has no row locks, so the pick takes the database's write lock for its short
-transaction; WAL mode lets readers go on meanwhile. Timestamps are ISO text in UTC (see
+SQLite has no row locks: each statement takes the database's write lock for its own length
+(the pick is one ``UPDATE … RETURNING`` that copies what it overwrites to ``prev_*``: SQLite
+evaluates every ``SET`` expression on the old row). Multi-statement transactions (registration,
+operations) take the write lock at ``BEGIN IMMEDIATE``; WAL mode lets readers go on meanwhile.
+A process frozen inside a statement or such a transaction blocks other writers on the machine
+until it resumes or dies: SQLite is for one machine. Timestamps are ISO text in UTC (see
 :mod:`dbscheduler.table`), which compares correctly as text against ``strftime`` output.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import random
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -19,8 +27,13 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
 
-from .base import Dialect, db_now, db_now_plus
+from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+log = logging.getLogger("dbscheduler.dialects.sqlite")
 
 # strftime's %f gives milliseconds ("SS.SSS"); three zeros make the stored microsecond form.
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'"
@@ -40,10 +53,39 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', {modifier}) || '000')"
 
 
+def _enable_wal(cursor: sqlite3.Cursor) -> None:
+    """Switch the file to WAL, waiting up to the busy timeout for other connections.
+
+    Changing the journal mode needs the file to itself, and SQLite answers "database is
+    locked" at once, without its busy handler, when another connection opens or switches it
+    at the same moment (several nodes starting together). Once the file is in WAL mode the
+    pragma is a no-op.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_BUSY) & 0xFF) in _BUSY_CODES
+            if not busy or time.monotonic() >= deadline:
+                raise
+            log.debug("journal_mode = WAL: %s; retrying", exc)
+        time.sleep(pause + random.uniform(0, pause))  # jitter: openers must not collide again
+        pause = min(pause * 2, 0.1)
+
+
 class SQLiteDialect(Dialect):
     name = "sqlite"
+    insert_needs_transaction = False
+    returning_update = True
+    embedded = True
     # Reads take a deferred transaction: they must not queue behind other nodes' write lock.
     read_options: ClassVar[dict[str, Any]] = {"dbscheduler_read": True}
+    # The connections are in the driver's autocommit mode (isolation_level None); skipping
+    # the BEGIN leaves every statement its own transaction.
+    autocommit_options: ClassVar[dict[str, Any]] = {"dbscheduler_autocommit": True}
 
     def configure_engine(self, engine: Engine) -> None:
         # pysqlite's own transaction handling begins lazily and never IMMEDIATE; take it over
@@ -54,14 +96,30 @@ class SQLiteDialect(Dialect):
             dbapi_conn.isolation_level = None
             cursor = dbapi_conn.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(cursor)
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            read = conn.get_execution_options().get("dbscheduler_read")
-            conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+            options = conn.get_execution_options()
+            if options.get("dbscheduler_autocommit"):
+                return
+            conn.exec_driver_sql("BEGIN" if options.get("dbscheduler_read") else "BEGIN IMMEDIATE")
+
+    # -- column types --------------------------------------------------------------------
+    def timestamp_type(self) -> TypeEngine[Any]:
+        # ISO text in UTC: it sorts and compares as text against strftime's clock.
+        return sa.String(26)
+
+    def bind_timestamp(self, utc: datetime) -> Any:
+        return utc.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    def id_type(self) -> TypeEngine[int]:
+        return sa.Integer()  # only INTEGER PRIMARY KEY is the rowid (AUTOINCREMENT)
+
+    def table_options(self) -> dict[str, Any]:
+        return {"sqlite_autoincrement": True}
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
@@ -80,3 +138,29 @@ class SQLiteDialect(Dialect):
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         each = sa.func.json_each(sa.literal(json.dumps(list(names)))).table_valued("value")
         return column.in_(sa.select(each.c.value))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        orig = driver_error(exc)
+        if not isinstance(orig, sqlite3.Error):
+            return False
+        code = getattr(orig, "sqlite_errorcode", None)
+        if code is not None:
+            return (code & 0xFF) in _BUSY_CODES  # extended codes keep the primary in the low byte
+        return str(orig).startswith(("database is locked", "database table is locked"))
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        orig = driver_error(exc)
+        return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith(
+            "no such table"
+        )
+
+    def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
+        orig = driver_error(exc)
+        if isinstance(orig, sqlite3.Error) and getattr(orig, "sqlite_errorcode", None) == (
+            sqlite3.SQLITE_CANTOPEN
+        ):
+            return ConnectProblem(
+                "database",
+                "cannot open the SQLite file: its directory must exist and be writable",
+            )
+        return None

@@ -4,7 +4,7 @@ Revision ID: dbscheduler_0001
 Revises:
 Create Date: 2026-11-22
 
-The table is built by :func:`dbscheduler.table.make_table`, the same definition the engine and
+The table is built by :func:`dbscheduler.table.make_table` (its revision 1), the same definition the engine and
 the ``ddl/*.sql`` files use; a test proves that what this migration creates equals it.
 """
 
@@ -23,7 +23,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    table = make_table(table_name_from(context.config))
+    table = make_table(table_name_from(context.config), revision=1)
     columns = [c._copy() for c in table.columns]
     uniques = [
         sa.UniqueConstraint(*c.columns.keys(), name=c.name)

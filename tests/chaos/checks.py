@@ -1,10 +1,11 @@
 """What every scenario asserts afterwards, computed from the nodes' event logs and the table.
 
-The logs come from ``tests/node.py`` (``start``/``end``/``finished``/``lease_lost`` events with
-task, node, fencing token and wall-clock times: every node runs on this machine, so they share
-one clock). The harness adds what it did to the nodes (kill -9 times, SIGSTOP/SIGCONT windows,
-graceful exits). :func:`analyse` turns both into a :class:`Report`: counts for the figures and
-one line per problem, so a scenario records its figures first and asserts after.
+The logs come from ``tests/harness/node.py`` (``start``/``end``/``finished``/``lease_lost``
+events with task, node, fencing token and wall-clock times: every node runs on this machine,
+so they share one clock), read into runs by :mod:`tests.harness.runs`. The harness adds what
+it did to the nodes (kill -9 times, SIGSTOP/SIGCONT windows, graceful exits). :func:`analyse`
+turns both into a :class:`Report`: counts for the figures and one line per problem, so a
+scenario records its figures first and asserts after.
 
 The checks, per task:
 
@@ -12,7 +13,8 @@ The checks, per task:
   An execution that never logged its end ended when its node was killed. A *zombie*'s
   execution (its node was frozen with SIGSTOP and lost its lease meanwhile) counts as ended
   when the node was frozen, provided it stopped within ``zombie_grace`` of SIGCONT: that is
-  the fencing contract (DESIGN §1.2), the frozen process could do nothing meanwhile.
+  the fencing contract (a node that lost its lease writes nothing), the frozen process could
+  do nothing meanwhile.
 * **fencing tokens** never repeat and grow in start order; a lease-lost execution's finish is
   never written.
 * **the state chain** (nodes run with ``--state``): each execution stores its token as the
@@ -33,7 +35,7 @@ import json
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,29 +43,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbscheduler.table import make_table
+from tests.harness.runs import Run, runs_from
 
 MAX_LINES = 12
 """Problem lines kept per kind (the counts are always complete)."""
-
-
-@dataclass
-class Run:
-    """One execution as the logs tell it."""
-
-    task: str
-    node: str
-    token: int
-    start: float
-    end: float | None
-    prev: int | None
-    has_prev: bool
-    written: bool | None
-    status: str | None
-    lease_lost: bool
-    scheduled: float
-    started_db: float
-    eff_end: float = float("inf")
-    how_ended: str = "logged"
 
 
 @dataclass
@@ -135,39 +118,6 @@ class NodeHistory:
     kills: Mapping[str, Sequence[float]]
     freezes: Mapping[str, Sequence[tuple[float, float]]]
     exits: Mapping[str, Sequence[float]]
-
-
-def runs_from(events: Iterable[Mapping[str, Any]]) -> list[Run]:
-    ends: dict[tuple[str, str, int], float] = {}
-    finished: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-    lost: set[tuple[str, str, int]] = set()
-    starts: list[Mapping[str, Any]] = []
-    for e in events:
-        kind = e["event"]
-        if kind == "start":
-            starts.append(e)
-            continue
-        if kind not in ("end", "finished", "lease_lost"):
-            continue
-        key = (e["node"], e["task"], int(e["token"]))
-        if kind == "end":
-            ends[key] = float(e["t"])
-        elif kind == "finished":
-            finished[key] = e
-        else:
-            lost.add(key)
-    out = []
-    for e in starts:
-        key = (e["node"], e["task"], int(e["token"]))
-        fin = finished.get(key)
-        out.append(Run(
-            task=e["task"], node=e["node"], token=int(e["token"]), start=float(e["t"]),
-            end=ends.get(key), prev=e.get("prev"), has_prev="prev" in e,
-            written=None if fin is None else bool(fin["written"]),
-            status=None if fin is None else str(fin["status"]), lease_lost=key in lost,
-            scheduled=float(e["scheduled"]), started_db=float(e["started"]),
-        ))
-    return out
 
 
 def _first_after(times: Sequence[float], t: float) -> float | None:
@@ -345,7 +295,7 @@ def read_table(url: str, table: str) -> TableState:
             now = conn.execute(sa.select(_db_now())).scalar_one()
     finally:
         engine.dispose()
-    from dbscheduler.table import to_utc
+    from dbscheduler.dialects.types import to_utc
 
     db_now = to_utc(now)
     assert db_now is not None

@@ -1,15 +1,14 @@
-"""A cluster of real node processes (``tests/node.py``) under fault injection.
+"""A cluster of real node processes (:class:`tests.harness.Cluster`) under fault injection.
 
-:class:`ChaosRun` starts nodes, does things to them (kill -9, restart, SIGSTOP/SIGCONT),
-remembers when, samples the table for stuck rows while the nodes run, stops everything, and
-hands the logs, its history and the table to :mod:`tests.chaos.checks`. Every process it
-started is killed on the way out, whatever happened.
+:class:`ChaosRun` starts nodes, does things to them (kill -9, restart, SIGSTOP/SIGCONT)
+through the harness, remembers when, samples the table for stuck rows while the nodes run,
+stops everything, and hands the logs, its history and the table to :mod:`tests.chaos.checks`.
+Every process it started is killed on the way out, whatever happened.
 """
 
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import time
 from collections import defaultdict
@@ -21,15 +20,13 @@ from typing import Any
 from tests.chaos.checks import (
     NodeHistory,
     Report,
-    Run,
     analyse,
     check_table,
     read_table,
     repeated_warnings,
-    runs_from,
     stuck_rows,
 )
-from tests.conformance.harness import Cluster
+from tests.harness import Cluster, Run, runs_from
 
 
 class ChaosRun:
@@ -39,13 +36,12 @@ class ChaosRun:
                  workdir: Path, tasks: Sequence[str], watchdog: float = 900.0,
                  seed: int | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.cluster = Cluster(url, table, workdir)
+        self.cluster = Cluster(url, table, workdir, watchdog=watchdog)
         self.admin_url = admin_url
         self.table = table
         self.tasks = list(tasks)
         self.report = Report(scenario, backend)
         self.random = random.Random(seed)
-        self.watchdog = watchdog
         self.specs: dict[str, tuple[str, ...]] = {}
         self.kills: dict[str, list[float]] = defaultdict(list)
         self.freezes: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -60,7 +56,7 @@ class ChaosRun:
     # -- nodes ---------------------------------------------------------------------------------
     def start(self, node: str, *args: str) -> subprocess.Popen[bytes]:
         self.specs[node] = tuple(args)
-        return self.cluster.start(node, *args, "--watchdog", str(self.watchdog))
+        return self.cluster.start(node, *args)
 
     def restart(self, node: str, wait: bool = True) -> None:
         """Start a node again under its name; by default wait until it runs a task (a node
@@ -73,40 +69,33 @@ class ChaosRun:
                           f"{node} runs again after its restart")
 
     def alive(self, node: str) -> bool:
-        return self.cluster.nodes[node].poll() is None
+        return self.cluster.alive(node)
 
     @property
     def nodes(self) -> list[str]:
         return sorted(self.cluster.nodes)
 
     def kill9(self, node: str) -> None:
-        proc = self.cluster.nodes[node]
-        proc.kill()
-        proc.wait(timeout=30)
         # The process is gone: nothing it ran can have gone on past this instant.
-        self.kills[node].append(time.time())
+        self.kills[node].append(self.cluster.kill(node))
         self.report.faults["kill -9"] += 1
 
     def stop(self, node: str, timeout: float = 30.0) -> None:
         """Graceful stop (SIGTERM) of one node; not a fault."""
-        proc = self.cluster.nodes[node]
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=timeout)
+        code = self.cluster.stop(node, timeout=timeout)
         self.exits[node].append(time.time())
         self.exit_codes[node].append(code)
         if code != 0:
             self.report.problem("graceful stop", f"{node} exited with {code}")
 
     def freeze(self, node: str) -> None:
-        self.cluster.nodes[node].send_signal(signal.SIGSTOP)
-        self._frozen[node] = time.time()  # after the signal: it ran until then
+        self._frozen[node] = self.cluster.freeze(node)  # after the signal: it ran until then
         self.report.faults["SIGSTOP (zombie)"] += 1
 
     def thaw(self, node: str) -> None:
         stopped = self._frozen.pop(node)
         # Taken before the signal: the node may run (and log) before send_signal returns.
-        resumed = time.time()
-        self.cluster.nodes[node].send_signal(signal.SIGCONT)
+        resumed = self.cluster.thaw(node)
         self.freezes[node].append((stopped, resumed))
 
     def phase(self, name: str) -> None:
@@ -187,31 +176,19 @@ class ChaosRun:
         """SIGTERM every node still running (graceful shutdown), wait, record exit codes."""
         for node in list(self._frozen):
             self.thaw(node)
-        procs = {n: p for n, p in self.cluster.nodes.items() if p.poll() is None}
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for node, proc in procs.items():
-            try:
-                code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                self.kills[node].append(time.time())
+        for node, end in self.cluster.stop_all(timeout).items():
+            if end.code is None:
+                self.kills[node].append(end.at)
                 self.report.problem("graceful stop", f"{node} did not exit in {timeout} s")
                 continue
-            self.exits[node].append(time.time())
-            self.exit_codes[node].append(code)
-            if code != 0:
-                self.report.problem("graceful stop", f"{node} exited with {code}")
+            self.exits[node].append(end.at)
+            self.exit_codes[node].append(end.code)
+            if end.code != 0:
+                self.report.problem("graceful stop", f"{node} exited with {end.code}")
         self.phase("stop")
 
     def close(self) -> None:
-        for proc in self.cluster.nodes.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        self.cluster.close()
 
     def history(self) -> NodeHistory:
         return NodeHistory(kills=dict(self.kills), freezes=dict(self.freezes),

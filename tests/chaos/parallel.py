@@ -9,9 +9,9 @@ costs about the time of one backend per scenario, and ``-k mysql`` still runs on
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from tests.chaos.checks import Report
 from tests.chaos.faults import Server
 from tests.chaos.profile import Profile
-from tests.databases import find, required
+from tests.databases import drop_table, find, required, unique_table
 
 
 @dataclass(frozen=True)
@@ -36,22 +36,6 @@ class Env:
     workdir: Path
     profile: Profile
     server: Server | None
-
-
-def unique_table() -> str:
-    return f"t_{uuid.uuid4().hex[:12]}"
-
-
-def drop_table(url: str, table: str) -> None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            for name in (table, f"{table}_version"):
-                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
-    except Exception:
-        pass
-    finally:
-        engine.dispose()
 
 
 class Unavailable(Exception):
@@ -101,6 +85,14 @@ class Runner:
         except Skip as exc:
             pytest.skip(str(exc))
 
+    def prefetch(self, scenario: Scenario, backend: str) -> None:
+        """Start ``scenario`` on ``backend`` now, unless it was; its test joins it later.
+        For modules of many short scenarios that would otherwise run one after another."""
+        with self._lock:
+            key = (scenario.__name__, backend)
+            if key not in self._futures:
+                self._futures[key] = self._pool.submit(self._job, scenario, backend)
+
     def _job(self, scenario: Scenario, backend: str) -> Report:
         workdir = self._root / f"{scenario.__name__}-{backend}"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -127,7 +119,8 @@ class Runner:
             if server is not None:
                 server.ensure_running()
                 server.cleanup()
-            drop_table(url, table)
+            with contextlib.suppress(Exception):  # the server may be the fault's victim
+                drop_table(url, table)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

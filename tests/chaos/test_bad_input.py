@@ -1,4 +1,4 @@
-"""Scenario 7: bad input at the edges (DESIGN §1.4: rejected with a clear error before
+"""Scenario 7: bad input at the edges (rejected with a clear error before
 anything is written), on SQLite, PostgreSQL and MariaDB.
 
 Every invalid argument of ``Scheduler(...)``, ``add(...)``, the schedules and the failure
@@ -191,6 +191,7 @@ ADD_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("name 256 chars", {"name": "n" * 256}, "255"),
     ("name 1000 chars", {"name": "n" * 1000}, "255"),
     ("name with NUL", {"name": "bad\x00name"}, "name"),
+    ("name with tab and newline", {"name": "tab\tand\nnewline"}, "control character"),
     ("fn None", {"fn": None}, "function"),
     ("fn not callable", {"fn": "print"}, "function"),
     ("fn with two arguments", {"fn": _two_args}, "function"),
@@ -454,7 +455,7 @@ ODD_NAMES = [
     "überprüfung-日本語-проверка-🚀",
     "it's \"quoted\"; DROP TABLE scheduled_tasks; --",
     "back\\slash %s %% _ * ? :name $1",
-    "tab\tand\nnewline",
+    "inner  spaces\u00a0and\u2003wide ones",
     "x" * 255,
     "é" * 255,
     "🚀" * 127,  # the limit counts UTF-16 units (SQL Server's NVARCHAR): 254 of 255

@@ -1,9 +1,10 @@
-"""Scenario 5: two nodes whose wall clocks are 10 minutes ahead and behind (DESIGN §1.3).
+"""Scenario 5: two nodes whose wall clocks are 10 minutes ahead and behind (only the database
+clock counts, so skewed node clocks must break nothing).
 
-The nodes shift ``time.time`` for their whole process (``tests/node.py --skew S --skew-wall``)
-and the library's own clock seam. Nothing may change: no overlap, no early start, start lags
-as on a true clock, and exactly one warning about the clock on each skewed node, and no other
-warning anywhere (the cluster suffers no other fault).
+The nodes shift ``time.time`` for their whole process (``tests/harness/node.py --skew S
+--skew-wall``) and the library's own clock seam. Nothing may change: no overlap, no early start,
+start lags as on a true clock, and exactly one warning about the clock on each skewed node, and
+no other warning anywhere (the cluster suffers no other fault).
 """
 
 from __future__ import annotations

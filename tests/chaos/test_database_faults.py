@@ -4,7 +4,7 @@
    and again;
 4. the server restarts while tasks run; the nodes ride it out and go on without a restart;
 + one node is cut off from the database by a network partition (a TCP proxy that stops
-  moving bytes) for longer than its lease, while its peers still reach it (DESIGN §1.2).
+  moving bytes) for longer than its lease, while its peers still reach it.
 
 These faults do not exist on SQLite (no server, no connections to cut).
 """
@@ -120,7 +120,7 @@ def test_database_restarts_while_tasks_run(
 # -- a network partition ----------------------------------------------------------------------
 def partition(env: Env) -> Report:
     """A node that cannot reach the database must stop its executions before its lease
-    expires on the database (DESIGN §1.2: it learns it lost the lease and tells the task),
+    expires on the database (it learns it lost the lease and tells the task),
     even when its connections hang instead of failing."""
     lease, rate, poll = 1.5, 0.4, 0.25
     n_tasks = 6
@@ -237,7 +237,7 @@ def test_a_pick_acknowledged_after_its_lease_expired_is_not_run(
 ) -> None:
     """The pick's transaction is answered late (a slow network, a stalled commit): by the
     time the node learns it took the row, the lease it wrote has expired and another node
-    may already run the task. The late node must not run it too (DESIGN §1.1)."""
+    may already run the task. The late node must not run it too."""
     url, table = migrated
     lease = 1.0
     lock = threading.Lock()

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Dynamic, FixedDelay, FixedRate, Scheduler, TaskContext
-from dbscheduler.store import Registration, Store
+from dbscheduler._store import Registration, Store
 from tests.chaos.faults import proxy_for
 from tests.helpers import running, wait_until
 
@@ -155,7 +155,7 @@ def _past(engine: sa.engine.Engine, table: str) -> Any:
 def test_a_clock_probe_that_raises_does_not_stop_scheduling(
     migrated: tuple[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The offset is only used to decide how long to sleep (DESIGN §1.3): losing it must not
+    """The offset is only used to decide how long to sleep: losing it must not
     stop the node from picking."""
     import dbscheduler._clock as clock
 

@@ -273,21 +273,26 @@ def test_server_database_without_table_says_run_migrate(
 
 
 def test_a_row_added_behind_the_name_cache_is_given_back(migrated: tuple[str, str]) -> None:
-    from dbscheduler.store import Registration, Store
+    from dbscheduler._store import Registration, Store
+    from dbscheduler.client import Client
+    from dbscheduler.dialects import prepare_engine
+
+    def ops(store: Store) -> Client:
+        return Client(engine=store.engine, table=store.table_name)
 
     url, table = migrated
     engine = sa.create_engine(url)
     store, other = Store(engine, table), Store(engine, table)
-    store.dialect.configure_engine(engine)
+    prepare_engine(engine)
     later = timedelta(hours=1)
     store.register([Registration("mine", "fixed-rate 1h", lambda now: now + later)])
     assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []  # caches: all known
     other.register([Registration("theirs", "fixed-rate 1h", lambda now: now)])  # due at once
-    before = store.info("theirs")
+    before = ops(store).info("theirs")
     assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []
-    after = store.info("theirs")
+    after = ops(store).info("theirs")
     assert (after.locked_by, after.next_process_at, after.attempt, after.last_started_at) == (
         None, before.next_process_at, 0, None)
     assert store.pick("node", 5, timedelta(seconds=30), {"mine"}).rows == []
-    assert store.info("theirs").total_attempt <= 1, "filtered by name from then on"
+    assert ops(store).info("theirs").total_attempt <= 1, "filtered by name from then on"
     engine.dispose()

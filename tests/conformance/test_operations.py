@@ -1,4 +1,5 @@
-"""The operations API (DESIGN §5, issue 4) on SQLite, PostgreSQL and MariaDB.
+"""The operations API (list, info, trigger, pause, resume, reschedule, cancel, delete) on
+SQLite, PostgreSQL and MariaDB.
 
 Operations are called on a Scheduler that is never started (as from another process), while a
 real node may be running the tasks in the same process.
@@ -7,86 +8,21 @@ real node may be running the tasks in the same process.
 from __future__ import annotations
 
 import json
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
-import sqlalchemy as sa
 
 from dbscheduler import (
-    FixedRate,
     Scheduler,
     SchemaMissing,
-    TaskContext,
     TaskInfo,
     TaskNotFound,
     TaskRunning,
 )
-from dbscheduler.store import Registration, Store
-
-HOUR = FixedRate(timedelta(hours=1))
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
-
-
-def seed(url: str, table: str, *names: str) -> None:
-    """Insert one idle row per name, due in an hour, as a node's registration does."""
-    engine = sa.create_engine(url)
-    try:
-        Store(engine, table).register(
-            [Registration(name, HOUR.describe(), HOUR.first_run) for name in names]
-        )
-    finally:
-        engine.dispose()
-
-
-def db_now(url: str, table: str) -> datetime:
-    engine = sa.create_engine(url)
-    try:
-        return Store(engine, table).db_now()
-    finally:
-        engine.dispose()
-
-
-class Node:
-    """A started Scheduler with two tasks due in an hour, run on demand with ``trigger``.
-
-    ``long`` waits (up to 20 s) on ``ctx.stop_requested``; ``quick`` records when it ran.
-    """
-
-    def __init__(self, url: str, table: str, *, lease: float = 1.5, poll: float = 0.2) -> None:
-        self.node_id = f"node-{uuid.uuid4().hex[:6]}"
-        self.scheduler = Scheduler(
-            url, table=table, node_id=self.node_id, lease=lease, poll_interval=poll
-        )
-        self.long_started = threading.Event()
-        self.long_saw_stop = threading.Event()
-        self.quick_runs: list[float] = []
-        self.scheduler.add("long", self._long, schedule=HOUR)
-        self.scheduler.add("quick", self._quick, schedule=HOUR)
-
-    def _long(self, ctx: TaskContext) -> None:
-        self.long_started.set()
-        if ctx.stop_requested.wait(20):
-            self.long_saw_stop.set()
-
-    def _quick(self, ctx: TaskContext) -> None:
-        self.quick_runs.append(time.monotonic())
-
-    def start_long(self) -> None:
-        """Make ``long`` run now and wait until it runs."""
-        self.scheduler.trigger("long")
-        assert self.long_started.wait(5), "the node did not start the triggered task"
+from tests.harness.inprocess import Node, db_now, seed
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -270,8 +206,8 @@ def test_a_paused_task_is_not_picked_even_when_due_and_runs_once_resumed(
     assert node.quick_runs == []
     assert ops.info("quick").total_attempt == 0
     ops.resume("quick")
-    wait_for(lambda: node.quick_runs, 5, "the resumed task to run")
-    wait_for(lambda: ops.info("quick").last_status == "success", 5, "its finish")
+    wait_until(lambda: node.quick_runs, 5, "the resumed task to run")
+    wait_until(lambda: ops.info("quick").last_status == "success", 5, "its finish")
 
 
 def test_trigger_wakes_a_running_node_at_once(node_factory: Callable[..., Node]) -> None:
@@ -280,7 +216,7 @@ def test_trigger_wakes_a_running_node_at_once(node_factory: Callable[..., Node])
     time.sleep(0.3)  # the poller is now asleep until its next poll
     t0 = time.monotonic()
     node.scheduler.trigger("quick")
-    wait_for(lambda: node.quick_runs, 3, "the triggered task to start")
+    wait_until(lambda: node.quick_runs, 3, "the triggered task to start")
     assert node.quick_runs[0] - t0 < 2.0
 
 
@@ -294,7 +230,7 @@ def test_trigger_from_another_scheduler_reaches_running_nodes(
     time.sleep(0.5)  # the node's LISTEN connection is up and its poller asleep
     t0 = time.monotonic()
     ops.trigger("quick")
-    wait_for(lambda: node.quick_runs, 3, "the node to see the trigger")
+    wait_until(lambda: node.quick_runs, 3, "the node to see the trigger")
     assert node.quick_runs[0] - t0 < min(poll, 1.0) + 1.0
 
 
@@ -324,7 +260,7 @@ def test_cancel_of_a_running_task_sets_stop_requested_and_records_cancelled(
     # Seen by the node's heartbeat (every lease / 3 = 0.5 s), not by the same object.
     assert node.long_saw_stop.wait(3), "ctx.stop_requested was not set within a heartbeat"
     assert time.monotonic() - t0 < 2.5
-    wait_for(lambda: not ops.info("long").running, 5, "the cancelled execution to finish")
+    wait_until(lambda: not ops.info("long").running, 5, "the cancelled execution to finish")
     info = ops.info("long")
     assert info.last_status == "cancelled"
     assert info.locked_by is None and not info.stop_requested

@@ -1,7 +1,7 @@
 """Every statement dbscheduler sends to SQL Server and Oracle, checked without a server.
 
 No SQL Server or Oracle server runs where these tests run, so they drive the real
-:class:`~dbscheduler.store.Store` and dialects through a real SQLAlchemy engine whose DBAPI
+:class:`~dbscheduler._store.Store` and dialects through a real SQLAlchemy engine whose DBAPI
 connection is a recorder (:class:`FakeDB`): SQLAlchemy compiles, binds, calls
 ``setinputsizes`` and processes results exactly as it would with pyodbc / python-oracledb,
 and the recorder keeps what reached the "driver" and answers with canned rows shaped like the
@@ -28,12 +28,14 @@ import oracledb
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler.dialects import dialect_for
+from dbscheduler import FixedRate
+from dbscheduler._store import FinishWrite, Registration, Store
+from dbscheduler.client import Client
+from dbscheduler.dialects import dialect_for, prepare_engine
 from dbscheduler.dialects.base import db_now, db_now_plus
 from dbscheduler.dialects.mssql import IN_LIST_LIMIT as MSSQL_IN_LIST_LIMIT
 from dbscheduler.dialects.oracle import IN_LIST_LIMIT as ORACLE_IN_LIST_LIMIT
 from dbscheduler.migrate import offline_sql
-from dbscheduler.store import FinishWrite, Registration, Store
 from dbscheduler.table import COLUMNS, make_table
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
@@ -47,7 +49,6 @@ NAMES = ("nightly-Report", "cleanup")
 NOW = datetime(2031, 7, 14, 12, 30, 45, 123456)
 """The database clock in the canned replies, naive UTC as both drivers return it."""
 LEASE = timedelta(seconds=30.25)
-PREV = ("prev_locked_by", "prev_next_process_at", "prev_last_started_at")
 TIMESTAMPS = ("created_at", "next_process_at", "heartbeat_at", "last_started_at",
               "last_finished_at")
 
@@ -61,6 +62,11 @@ class Reply:
     rows: Sequence[Sequence[Any]] = ()
     rowcount: int = 1
     error: BaseException | None = None
+
+def ops(store: Store) -> Client:
+    """The operations on ``store``'s table, through the public client on the same engine."""
+    return Client(engine=store.engine, table=store.table_name)
+
 
 
 @dataclass
@@ -268,7 +274,7 @@ def _rig(backend: str, oracle_version: int = 19) -> Rig:
     db = FakeDB()
     engine = _engine(backend, db, oracle_version)
     store = Store(engine, TABLE)
-    store.dialect.configure_engine(engine)  # as Scheduler does
+    prepare_engine(engine)  # as Scheduler does
     _default_replies(db, backend)
     return Rig(backend, db, engine, store)
 
@@ -302,7 +308,9 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "next_process_at": NOW, "attempt": 0, "reenqueue_attempt": 4, "total_attempt": 11,
         "paused": 0, "locked_by": None, "heartbeat_at": None, "last_started_at": None,
         "last_finished_at": None, "last_status": None, "last_error": None,
-        "schedule": "FixedRate(3600)", "stop_requested": 0,
+        "schedule": "FixedRate(3600)", "stop_requested": 0, "claim": None,
+        "prev_locked_by": None, "prev_next_process_at": None, "prev_last_started_at": None,
+        "handler": name, "data": None, "options": None,
     }
     base.update(values)
     return tuple(base[c] for c in COLUMNS)
@@ -318,17 +326,20 @@ def _default_replies(db: FakeDB, backend: str) -> None:
     db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.stop_requested",
           Reply(["id", "total_attempt", "locked_by", "stop_requested"],
                 [(7, 12, NODE, 0), (8, 4, OTHER_NODE, 0)]))
-    db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.last_finished_at",
-          Reply(["id", "total_attempt", "locked_by", "last_finished_at"], []))
+    db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by\s+FROM",
+          Reply(["id", "total_attempt", "locked_by"], []))
+    picked = row(attempt=1, total_attempt=12, locked_by=NODE, claim="c" * 32,
+                 prev_next_process_at=NOW)
     if backend == "mssql":
-        db.on(r"^WITH dbscheduler_due AS", Reply([*COLUMNS, *PREV], [
-            (*row(attempt=1, total_attempt=12, locked_by=NODE), None, NOW, None)]))
+        db.on(r"^WITH dbscheduler_due AS", Reply(list(COLUMNS), [picked]))
+        db.on(r"^UPDATE \S+ SET next_process_at=.*OUTPUT inserted\.id, inserted\.stop_requested",
+              Reply(["id", "stop_requested"], [(7, 0)]))
     else:
-        db.on(r"FOR UPDATE SKIP LOCKED$", Reply([*COLUMNS, "db_now"], [(*row(), NOW)]))
+        db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), [picked]))
 
 
 def _workout(r: Rig) -> None:
-    """Every Store method the engine and the operations call, once."""
+    """Every Store method the engine calls and every Client operation, once."""
     s = r.store
     s.register([Registration(n, "FixedRate(3600)", lambda now: now + timedelta(hours=1))
                 for n in NAMES])
@@ -339,19 +350,29 @@ def _workout(r: Rig) -> None:
         FinishWrite(7, 12, "success", now + timedelta(hours=1), 0, now, payload='{"n": 2}'),
         FinishWrite(8, 3, "error", now + timedelta(seconds=10), 1, now, error="boom"),
     ])
+    s.finish(NODE, lambda now: [
+        FinishWrite(9, 5, "success", now, 0, now, delete=True),  # a one-off job that is done
+    ])
     s.record_lost(NODE, 7, 12, 2, "node vanished")
     s.release(NODE, {7: 12})
     r.db.on(r"WHERE \S+\.queue_name = \S+$", Reply(list(COLUMNS), [row()]))
-    s.trigger(NAMES[0])
-    s.reschedule(NAMES[0], datetime(2032, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))))
-    s.set_paused(NAMES[0], True)
-    s.set_paused(NAMES[0], False)
-    s.cancel(NAMES[0])
-    s.delete(NAMES[0])
-    s.info(NAMES[0])
+    c = ops(s)
+    c.trigger(NAMES[0])
+    c.reschedule(NAMES[0], datetime(2032, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))))
+    c.pause(NAMES[0])
+    c.resume(NAMES[0])
+    c.cancel(NAMES[0])
+    c.delete(NAMES[0])
+    c.info(NAMES[0])
+    c.schedule(NAMES[1], "runtime-handler", FixedRate(30.25), data={"n": 2031})
+    c.schedule_once(NAMES[1], "runtime-handler",
+                    datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc), data=["boom"])
+    c.unschedule(NAMES[1])
     r.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(), row(NAMES[1], id=8)]))
-    s.tasks()
-    s.db_now()
+    c.tasks()
+    c.db_now()
+    r.db.on(r"^SELECT count\(\*\)", Reply(["n", "r", "p", "o"], [(5, 1, 1, 1)]))
+    assert c.counts(timedelta(seconds=60)).idle == 2
 
 
 def _executed(db: FakeDB) -> list[Call]:
@@ -389,7 +410,12 @@ def test_every_statement_binds_its_values(rig: Rig) -> None:
 def test_no_syntax_of_other_databases(rig: Rig) -> None:
     _workout(rig)
     for text in rig.db.sql():
-        assert not re.search(r"\bLIMIT\b|\bOFFSET\b|\bFETCH FIRST\b|\bFETCH NEXT\b", text), text
+        # Oracle ≥ 12c limits the pick's id subquery with FETCH FIRST (no FOR UPDATE there).
+        limit = r"\bLIMIT\b|\bOFFSET\b|\bFETCH NEXT\b"
+        if rig.backend == "mssql" or not re.search(r"^UPDATE .* AND \S+\.id IN \(SELECT", text,
+                                                    re.S):
+            limit += r"|\bFETCH FIRST\b"
+        assert not re.search(limit, text), text
         assert not re.search(r"\bIF (NOT )?EXISTS\b|\bON CONFLICT\b|\bON DUPLICATE\b", text), text
         # Flags are compared with parameters, never a boolean literal (no BOOLEAN on Oracle < 23,
         # and SQL Server has no TRUE/FALSE at all).
@@ -413,7 +439,7 @@ def test_flags_reach_the_driver_as_numbers(rig: Rig) -> None:
 def test_results_come_back_as_aware_utc_datetimes_and_booleans(rig: Rig) -> None:
     _workout(rig)
     rig.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(paused=1, heartbeat_at=NOW)]))
-    (info,) = rig.store.tasks()
+    (info,) = ops(rig.store).tasks()
     assert info.created_at == NOW.replace(tzinfo=timezone.utc)
     assert info.heartbeat_at is not None and info.heartbeat_at.utcoffset() == timedelta(0)
     assert info.paused is True and info.stop_requested is False
@@ -466,13 +492,13 @@ def test_oracle_binds_every_timestamp_as_timestamp_with_time_zone(oracle: Rig) -
                     f"{key} of {call.sql!r} is bound as {sizes.get(key)}, "
                     "not TIMESTAMP WITH TIME ZONE"
                 )
-    # registration (created_at, first run, the CASE of a changed schedule), finish (2 × 2),
-    # the portable pick's lease and start, reschedule
-    assert seen >= 10
+    # registration (created_at, first run, the CASE of a changed schedule), finish (next
+    # time × 2; the finish time is the database's clock), reschedule
+    assert seen >= 7
 
 
 def test_oracle_engine_set_up_is_idempotent_and_needed(oracle: Rig) -> None:
-    oracle.store.dialect.configure_engine(oracle.engine)  # a second Scheduler on one engine
+    oracle.store.dialect.configure_engine(oracle.engine)  # set up twice on one engine
     _workout(oracle)
     # Finishes come in two statement shapes (with and without new state): check both.
     finishes = oracle.db.find(r"^UPDATE \S+ SET .*\bnext_process_at=:(\w+).*last_finished_at=")
@@ -486,7 +512,9 @@ def test_oracle_engine_set_up_is_idempotent_and_needed(oracle: Rig) -> None:
     bare = FakeDB()
     engine = _engine("oracle", bare)
     _default_replies(bare, "oracle")
-    Store(engine, TABLE).reschedule(NAMES[0], datetime(2032, 1, 2, tzinfo=timezone.utc))
+    with engine.begin() as conn:
+        conn.execute(sa.update(make_table(TABLE)).values(
+            next_process_at=datetime(2032, 1, 2, tzinfo=timezone.utc)))
     call = bare.one(r"^UPDATE \S+ SET next_process_at=")
     assert isinstance(call.inputsizes, dict)
     assert call.inputsizes["next_process_at"] == oracledb.DB_TYPE_TIMESTAMP
@@ -526,9 +554,9 @@ def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
     assert len(inserts) == len(NAMES)
     sql = inserts[0].sql
     assert re.search(
-        r"^INSERT INTO scheduled_tasks \(queue_name, created_at, next_process_at, attempt, "
-        r"reenqueue_attempt, total_attempt, paused, schedule, stop_requested\) "
-        r"SELECT \?( AS \w+)?(, \?( AS \w+)?){8}\s+WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
+        r"^INSERT INTO scheduled_tasks \(queue_name, handler, created_at, next_process_at, "
+        r"attempt, reenqueue_attempt, total_attempt, paused, schedule, stop_requested\) "
+        r"SELECT \?( AS \w+)?(, \?( AS \w+)?){9}\s+WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
         r"FROM scheduled_tasks AS existing WITH \(UPDLOCK, HOLDLOCK\)\s+"
         r"WHERE existing\.queue_name = \?\)\)$", sql), sql
     assert "scope_identity" not in sql.lower()  # nothing to fetch: INSERT … SELECT is inline
@@ -536,7 +564,9 @@ def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
     assert values[0] == values[-1] == min(NAMES)  # registration goes in name order
     # The insert is wrapped in a savepoint, the schedule update follows.
     assert any(s.startswith("SAVE TRANSACTION") for s in mssql.db.sql())
-    case = mssql.db.find(r"^UPDATE \S+ SET next_process_at=CASE WHEN \(\S+\.locked_by IS NULL\)")
+    case = [c for c in mssql.db.find(
+        r"^UPDATE \S+ SET next_process_at=CASE WHEN \(\S+\.locked_by IS NULL\)")
+        if "handler=" not in c.sql]  # Client.schedule's update of a runtime task
     assert len(case) == 1, "one executemany checks every name's schedule"
     assert isinstance(case[0].params, list) and len(case[0].params) == len(NAMES)
 
@@ -582,10 +612,11 @@ def test_another_integrity_error_on_registration_is_not_swallowed(rig: Rig) -> N
 def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> None:
     started = NOW + timedelta(microseconds=5)
     mssql.db.on(r"^WITH dbscheduler_due AS", Reply(
-        [*COLUMNS, *PREV],
-        [(*row(attempt=1, total_attempt=12, locked_by=NODE, next_process_at=NOW + LEASE,
-               heartbeat_at=started, last_started_at=started),
-          OTHER_NODE, NOW - timedelta(seconds=40), NOW - timedelta(seconds=41))],
+        list(COLUMNS),
+        [row(attempt=1, total_attempt=12, locked_by=NODE, next_process_at=NOW + LEASE,
+             heartbeat_at=started, last_started_at=started, claim="c" * 32,
+             prev_locked_by=OTHER_NODE, prev_next_process_at=NOW - timedelta(seconds=40),
+             prev_last_started_at=NOW - timedelta(seconds=41))],
     ))
     (picked,) = mssql.store.pick(NODE, 5, LEASE, NAMES).rows
     call = mssql.db.one(r"^WITH dbscheduler_due AS")
@@ -595,23 +626,25 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
         "scheduled_tasks.queue_name AS "
     ), sql
     assert ("FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) "
-            "WHERE scheduled_tasks.paused = ? AND scheduled_tasks.next_process_at <= "
-            "SYSUTCDATETIME() ORDER BY scheduled_tasks.next_process_at) "
-            "UPDATE dbscheduler_due SET ") in sql
+            "WHERE scheduled_tasks.paused = ? AND scheduled_tasks.handler IN (?, ?) AND "
+            "scheduled_tasks.next_process_at <= SYSUTCDATETIME() "
+            "ORDER BY scheduled_tasks.next_process_at) UPDATE dbscheduler_due SET ") in sql
     for assignment in ("attempt=(dbscheduler_due.attempt + ?)",
                        "total_attempt=(dbscheduler_due.total_attempt + ?)",
                        "next_process_at=DATEADD(microsecond,", "locked_by=?",
                        "heartbeat_at=SYSUTCDATETIME()", "last_started_at=SYSUTCDATETIME()",
-                       "stop_requested=?"):
+                       "stop_requested=?", "claim=?",
+                       # SQL Server evaluates SET on the old row: these copy what is replaced
+                       "prev_locked_by=dbscheduler_due.locked_by",
+                       "prev_next_process_at=dbscheduler_due.next_process_at",
+                       "prev_last_started_at=dbscheduler_due.last_started_at"):
         assert assignment in sql, assignment
     assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
-    assert sql.endswith(
-        "inserted.stop_requested, deleted.locked_by AS prev_locked_by, deleted.next_process_at "
-        "AS prev_next_process_at, deleted.last_started_at AS prev_last_started_at"
-    ), sql
+    assert sql.endswith("inserted.prev_last_started_at, inserted.handler, inserted.data, "
+                        "inserted.options"), sql
     assert NODE in _param_values(call) and 30.25 in _param_values(call)
-    # Result: every column, processed (aware UTC, bool), plus the previous values.
-    assert set(picked) == {*COLUMNS, *PREV}
+    # Result: every column, processed (aware UTC, bool), with the previous values.
+    assert set(picked) == set(COLUMNS)
     assert picked["locked_by"] == NODE and picked["total_attempt"] == 12
     assert picked["last_started_at"] == started.replace(tzinfo=timezone.utc)
     assert picked["prev_locked_by"] == OTHER_NODE
@@ -620,52 +653,58 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
     assert picked["paused"] is False
 
 
-def test_mssql_pick_respects_the_name_filter_inside_the_locked_read(mssql: Rig) -> None:
-    # The table holds a name this node does not run: the filter must be in the CTE's WHERE,
-    # so the foreign row is never locked or taken.
-    mssql.db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
-        ["queue_name", "id"], [(NAMES[0], 7), (NAMES[1], 8), ("foreign", 9)]))
+def test_mssql_pick_respects_the_handler_filter_inside_the_locked_read(mssql: Rig) -> None:
+    # Rows of handlers this node does not have must never be locked or taken: the filter is
+    # in the CTE's WHERE, and it names this node's handlers (not every row's name).
     mssql.store.pick(NODE, 2, LEASE, NAMES)
     sql = mssql.db.one(r"^WITH dbscheduler_due AS").sql
     cte = sql[: sql.index("UPDATE dbscheduler_due")]
-    assert "AND (scheduled_tasks.queue_name NOT IN (?)) AND" in cte, cte
-    assert "foreign" in _param_values(mssql.db.one(r"^WITH dbscheduler_due AS"))
+    assert "scheduled_tasks.handler IN (?, ?)" in cte, cte
+    assert set(NAMES) <= set(_param_values(mssql.db.one(r"^WITH dbscheduler_due AS")))
 
 
-def test_oracle_pick_locks_by_fetching_no_more_than_it_takes(oracle: Rig) -> None:
-    due = [(*row(f"t{i}", id=i, locked_by=OTHER_NODE if i == 1 else None), NOW)
-           for i in range(1, 8)]
-    oracle.db.on(r"FOR UPDATE SKIP LOCKED$", Reply([*COLUMNS, "db_now"], due))
+def test_the_poll_looks_up_each_handler_by_the_handler_index(rig: Rig) -> None:
+    rig.store.poll(NAMES)
+    sql = rig.db.one(r"AS next_due").sql
+    assert sql.count("handler = ") == len(NAMES), sql
+    assert "UNION ALL" in sql, sql
+    assert "count(*)" not in sql, "an idle poll must not count the table"
+
+
+def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None:
+    claimed = [row(f"t{i}", id=i, attempt=1, total_attempt=12, locked_by=NODE,
+                   prev_locked_by=OTHER_NODE if i == 1 else None, prev_next_process_at=NOW)
+               for i in range(1, 4)]
+    oracle.db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), claimed))
     oracle.db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
         ["queue_name", "id"], [(f"t{i}", i) for i in range(1, 8)]))
     names = [f"t{i}" for i in range(1, 8)]
     picked = oracle.store.pick(NODE, 3, LEASE, names).rows
-    select = oracle.db.one(r"FOR UPDATE SKIP LOCKED$")
-    sql = " ".join(select.sql.split())
-    assert sql.startswith("SELECT scheduled_tasks.id, scheduled_tasks.queue_name, ")
-    assert ("FROM scheduled_tasks WHERE scheduled_tasks.paused = :paused_1 AND "
-            "scheduled_tasks.next_process_at <= FROM_TZ(") in sql
-    assert sql.endswith("ORDER BY scheduled_tasks.next_process_at FOR UPDATE SKIP LOCKED")
-    assert not re.search(r"FETCH|ROWNUM|OFFSET", sql), "Oracle rejects a row limit here"
-    # Oracle locks SKIP LOCKED rows as they are fetched: the driver fetches exactly 3.
-    assert (select.arraysize, select.prefetchrows, select.fetched) == (3, 3, 3)
-    update = oracle.db.one(r"^UPDATE scheduled_tasks SET .* WHERE scheduled_tasks\.id IN")
-    assert re.search(r"WHERE scheduled_tasks\.id IN \(:id_1_1, :id_1_2, :id_1_3\)$",
-                     update.sql), update.sql
+    update = oracle.db.one(r"^UPDATE scheduled_tasks SET prev_locked_by=")
+    sql = " ".join(update.sql.split())
+    # The copies of what the pick replaces come first, then the claim and the lease.
+    assert sql.startswith(
+        "UPDATE scheduled_tasks SET prev_locked_by=scheduled_tasks.locked_by, "
+        "prev_next_process_at=scheduled_tasks.next_process_at, "
+        "prev_last_started_at=scheduled_tasks.last_started_at, claim=:claim, "), sql
+    # The due condition is on the updated row itself: a row another picker took while this
+    # statement waited for its lock is re-evaluated (write consistency) and skipped.
+    assert ("WHERE scheduled_tasks.paused = :paused_1 AND scheduled_tasks.handler IN "
+            "(:handler_1_1, :handler_1_2, :handler_1_3, :handler_1_4, :handler_1_5, "
+            ":handler_1_6, :handler_1_7) AND scheduled_tasks.next_process_at <= FROM_TZ(") in sql
+    assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
+                     r"WHERE due\.paused = :paused_2 AND due\.handler IN \(.*\) AND "
+                     r"due\.next_process_at <= FROM_TZ\(.*"
+                     r"ORDER BY due\.next_process_at FETCH FIRST 3 ROWS ONLY\)$", sql), sql
+    assert not re.search(r"FOR UPDATE", " ".join(oracle.db.sql()))
+    claim = update.params["claim"]
+    assert isinstance(claim, str) and len(claim) == 32
+    read = oracle.db.one(r"WHERE \S+\.claim = :claim_1")
+    assert read.params["claim_1"] == claim and read.params["locked_by_1"] == NODE
     assert [p["queue_name"] for p in picked] == ["t1", "t2", "t3"]
     first = picked[0]
     assert first["prev_locked_by"] == OTHER_NODE and first["locked_by"] == NODE
-    assert first["next_process_at"] == NOW.replace(tzinfo=timezone.utc) + LEASE
-    assert first["last_started_at"] == first["heartbeat_at"] == NOW.replace(tzinfo=timezone.utc)
     assert first["attempt"] == 1 and first["total_attempt"] == 12
-
-
-def test_oracle_pick_of_a_huge_batch_stays_within_one_in_list(oracle: Rig) -> None:
-    oracle.db.on(r"FOR UPDATE SKIP LOCKED$", Reply(
-        [*COLUMNS, "db_now"], [(*row(NAMES[0], id=i), NOW) for i in range(1, 1500)]))
-    picked = oracle.store.pick(NODE, 5000, LEASE, NAMES).rows
-    assert len(picked) == ORACLE_IN_LIST_LIMIT
-    assert oracle.db.one(r"FOR UPDATE SKIP LOCKED$").arraysize == ORACLE_IN_LIST_LIMIT
 
 
 # -- name filters ---------------------------------------------------------------------------
@@ -748,7 +787,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
                    r"\bBEGIN\b", r";\s*$"):
         assert not re.search(absent, sql, re.M), absent
     # Statements end with SQL*Plus's "/" line, and identifiers fit Oracle's 128 bytes.
-    assert sql.count("\n/\n") == 5  # four statements and the COMMIT of the version row
+    # 0001: four statements; 0002: four columns, an index, the version update; 0003: three
+    # columns, the handler update, an index, the version update; the COMMIT
+    assert sql.count("\n/\n") == 17
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 

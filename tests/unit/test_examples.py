@@ -1,99 +1,24 @@
-"""Every example in ``examples/`` is imported and really run, on SQLite in a temporary directory
-(and the cluster script also on PostgreSQL when a server is reachable)."""
+"""The examples in ``examples/`` import without side effects and read their configuration.
+
+Running them (on SQLite in a temporary directory, the cluster script also on PostgreSQL) is
+``tests/integration/test_examples.py``; both use the ``load_example`` fixture of
+``tests/conftest.py``."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import re
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from dbscheduler import Scheduler
-from tests.conftest import drop_table
-from tests.databases import find
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def example_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DBSCHEDULER_", "CLUSTER_", "NODE_ID"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.update(extra)
-    return env
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def load_example(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], ModuleType]]:
-    """Import ``examples/<name>.py`` afresh (its module-level Scheduler is new each time)."""
-    loaded: list[ModuleType] = []
-
-    def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(
-            f"example_{name}_{uuid.uuid4().hex[:6]}", EXAMPLES / f"{name}.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        loaded.append(module)
-        return module
-
-    yield load
-    for module in loaded:
-        scheduler = getattr(module, "scheduler", None)
-        if isinstance(scheduler, Scheduler):
-            scheduler.shutdown(timeout=5)
-            scheduler.engine.dispose()
-
-
 # -- quickstart --------------------------------------------------------------------------
-
-
-def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "quickstart.py"), "--seconds", "3"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, env=example_env(),
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, proc.stderr
-    assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until 3 s\n")
-    assert re.search(r"^\d\d:\d\d:\d\d\.\d{3}  heartbeat      run #2$", out, re.M), out
-    assert re.search(r"on-the-clock   cron fire for \d\d:\d\d:\d[02468]$", out, re.M), out
-    assert "counter        count = 2 (stored in the row)" in out
-    assert "flaky          attempt 1 fails" in out
-    assert re.search(r"-> flaky error \(upstream not ready\); next try at [\d:.]+$", out, re.M)
-    assert "flaky          attempt 2 succeeds" in out
-    assert "Traceback" not in proc.stderr
-    # The final table, and the rows really in ./dbscheduler.sqlite3 of the working directory.
-    counted = len(re.findall(r"counter        count = \d+", out))
-    assert re.search(rf"^  counter +runs={counted} +last=success +state={{'count': {counted}}}$",
-                     out, re.M), out
-    db = Scheduler(f"sqlite:///{tmp_path / 'dbscheduler.sqlite3'}")
-    try:
-        infos = {i.name: i for i in db.tasks()}
-        assert sorted(infos) == ["counter", "flaky", "heartbeat", "on-the-clock"]
-        assert infos["counter"].state == {"count": counted}
-        assert infos["flaky"].last_status == "success" and infos["flaky"].total_attempt >= 2
-        assert not any(i.running for i in infos.values())
-    finally:
-        db.engine.dispose()
 
 
 def test_quickstart_imports_without_side_effects(
@@ -117,87 +42,3 @@ def test_cluster_app_reads_the_cli_environment(
     scheduler = load_example("cluster_app").scheduler
     assert (scheduler.table, scheduler.node_id) == ("jobs", "node-7")
     assert scheduler.engine.url.database == str(tmp_path / "c.sqlite3")
-
-
-@pytest.mark.slow
-def test_cluster_script_runs_three_nodes_and_kills_one(tmp_path: Path) -> None:
-    # On PostgreSQL, what the example is written for; without a server, on a SQLite file in
-    # the temporary directory shared by the three node processes.
-    url = find("postgresql").url or f"sqlite:///{tmp_path / 'cluster.sqlite3'}"
-    table = f"t_cluster_{uuid.uuid4().hex[:8]}"
-    env = example_env(
-        DBSCHEDULER_URL=url, DBSCHEDULER_TABLE=table, CLUSTER_SECONDS="8",
-        CLUSTER_KILL_AFTER="2", CLUSTER_LIST_EVERY="1",
-        DBSCHEDULER=f"{sys.executable} -m dbscheduler",
-    )
-    try:
-        proc = subprocess.run(["bash", str(EXAMPLES / "cluster.sh")], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60, env=env)
-    finally:
-        drop_table(url, table)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert f"upgraded table {table} on " in out
-    for n in (1, 2, 3):
-        assert re.search(rf"^\[node-{n}\] .* dbscheduler: node node-{n} started with 3 task",
-                         out, re.M), out
-    assert "=== dbscheduler list" in out
-    assert re.search(r"^ rebuild-index +fixed-delay 1s .* node-\d$", out, re.M), out
-    assert re.search(r"^\[node-\d\] .* cluster_app: ", out, re.M), out  # tasks log as they run
-    victim = re.search(r"^=== kill -9 (node-\d) while it runs rebuild-index", out, re.M)
-    assert victim, out
-    survivors = {f"node-{n}" for n in (1, 2, 3)} - {victim.group(1)}
-    assert "=== stopping the nodes (SIGTERM: graceful shutdown)" in out
-    for node in survivors:
-        assert f"dbscheduler: node {node} stopped" in out
-    assert f"node {victim.group(1)} stopped" not in out
-
-
-# -- web frameworks ----------------------------------------------------------------------
-
-
-def test_fastapi_lifespan_starts_and_stops_the_scheduler(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load_example: Callable[[str], ModuleType]
-) -> None:
-    pytest.importorskip("fastapi", reason="FastAPI is not installed (not a dependency)")
-    pytest.importorskip("httpx", reason="httpx (FastAPI's TestClient) is not installed")
-    from fastapi.testclient import TestClient  # type: ignore[import-not-found, unused-ignore]
-
-    monkeypatch.setenv("DBSCHEDULER_URL", f"sqlite:///{tmp_path / 'api.sqlite3'}")
-    module = load_example("fastapi_app")
-    with TestClient(module.app) as client:  # runs the lifespan
-        tasks = client.get("/tasks").json()
-        assert sorted(t["name"] for t in tasks) == ["purge-sessions", "refresh-rates"]
-        assert client.get("/rates").json() == {}
-        triggered = client.post("/tasks/refresh-rates/trigger")
-        assert triggered.status_code == 202 and triggered.json()["name"] == "refresh-rates"
-        wait_for(lambda: client.get("/rates").json(), 5, "the coroutine task to run")
-        assert client.post("/tasks/nope/trigger").status_code == 404
-    info = module.scheduler.info("refresh-rates")
-    assert info.last_status == "success" and not info.running
-    with pytest.raises(RuntimeError):
-        module.scheduler.start()  # shut down by the lifespan: a scheduler starts once
-
-
-def test_flask_app_factory_runs_the_scheduler(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("flask", reason="Flask is not installed (not a dependency)")
-    spec = importlib.util.spec_from_file_location("example_flask_app", EXAMPLES / "flask_app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-    app = module.create_app(f"sqlite:///{tmp_path / 'flask.sqlite3'}")
-    scheduler: Scheduler = app.extensions["dbscheduler"]
-    try:
-        client = app.test_client()
-        names = sorted(t["name"] for t in client.get("/tasks").get_json())
-        assert names == ["compact-uploads", "send-reminders"]
-        response = client.post("/tasks/send-reminders/trigger")
-        assert response.status_code == 202
-        wait_for(lambda: scheduler.info("send-reminders").last_status == "success", 5,
-                 "the triggered task to run")
-        assert client.post("/tasks/nope/trigger").status_code == 404
-    finally:
-        scheduler.shutdown(timeout=5)

@@ -7,8 +7,8 @@ import time
 from datetime import datetime, timezone
 
 from dbscheduler import FixedRate, NoRetry, TaskContext
-from dbscheduler._execution import Execution, TaskDef
-from dbscheduler._executor import Ended, Executor
+from dbscheduler._execution import Ended, Execution, TaskDef
+from dbscheduler._executor import Executor
 from dbscheduler.listeners import Listeners
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import pickle
+import re
 import threading
+import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from functools import cached_property
 from itertools import pairwise
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -288,6 +293,36 @@ def test_describe_is_stable() -> None:
     assert Cron("*/15 * * * * *").describe() == "cron */15 * * * * * UTC"
     assert Cron("0 3 * * *").describe() != Cron("0 4 * * *").describe()
     assert Cron("0 3 * * *").describe() != Cron("0 3 * * *", tz="Europe/Berlin").describe()
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_a_zoneinfo_is_the_same_schedule_as_its_name(tz: str) -> None:
+    by_zone, by_name = Cron("30 2 * * *", tz=ZoneInfo(tz)), Cron("30 2 * * *", tz=tz)
+    assert by_zone.describe() == by_name.describe() == f"cron 30 2 * * * {tz}"
+    assert by_zone.tz == tz
+    assert by_zone == by_name
+    assert hash(by_zone) == hash(by_name)
+    assert repr(by_zone) == repr(by_name)
+    uncached = Cron("30 2 * * *", tz=ZoneInfo.no_cache(tz))
+    assert uncached.describe() == by_name.describe()
+    start = utc(2026, 3, 28)  # across Berlin's spring-forward and New York's summer time
+    for schedule in (by_zone, uncached):
+        assert schedule.next_after(start) == by_name.next_after(start)
+        assert schedule.first_run(start) == by_name.first_run(start)
+    clone = pickle.loads(pickle.dumps(by_zone))
+    assert clone == by_name
+    assert clone.next_after(start) == by_name.next_after(start)
+
+
+def test_a_zoneinfo_without_a_name_is_rejected() -> None:
+    tzif = next((Path(root) / "Europe" / "Berlin" for root in zoneinfo.TZPATH
+                 if (Path(root) / "Europe" / "Berlin").is_file()), None)
+    if tzif is None:
+        pytest.skip("no system time zone files to read a ZoneInfo from")
+    with tzif.open("rb") as tzfile:
+        anonymous = ZoneInfo.from_file(tzfile)  # key=None: the zone has no name
+    with pytest.raises(ValueError, match=r"^Cron\.tz: .* has no IANA name"):
+        Cron("0 3 * * *", tz=anonymous)
 
 
 def test_cron_pickles_and_is_thread_safe() -> None:
@@ -731,3 +766,68 @@ def test_describe_equal_iff_equal(expr: str, tz: str) -> None:
     assert Cron(expr, tz).describe() == Cron(expr, tz).describe()
     assume(tz != "UTC")
     assert Cron(expr, tz).describe() != Cron(expr).describe()
+
+
+@pytest.mark.parametrize("module", ["", ".base", ".cron", ".intervals", ".dynamic", ".text"])
+def test_the_docstring_examples_run(module: str) -> None:
+    results = doctest.testmod(importlib.import_module(f"dbscheduler.schedules{module}"))
+    assert results.attempted > 0
+    assert results.failed == 0
+
+
+# -- parse: the stored text read back ----------------------------------------------------
+
+@given(
+    st.one_of(
+        st.builds(
+            lambda fields, tz: Cron(" ".join(fields), tz=tz),
+            st.tuples(st.sampled_from(["0", "*/15", "*", "5-5"]),
+                      st.sampled_from(["*", "*/5", "7"]),
+                      st.sampled_from(["*", "3", "8-18/2"]), st.sampled_from(["*", "1", "11"]),
+                      st.sampled_from(["*", "mon", "6"])).map(list),
+            st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]),
+        ),
+        st.builds(lambda expr, tz: Cron(expr, tz=tz),
+                  st.sampled_from(["@daily", "@hourly", "*/15 * * * * *", "0 9 * * mon"]),
+                  st.sampled_from(["UTC", "Australia/Sydney"])),
+        st.builds(FixedRate, st.timedeltas(min_value=timedelta(microseconds=1),
+                                           max_value=timedelta(days=365))),
+        st.builds(FixedDelay, st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=365))),
+    )
+)
+def test_parse_reads_back_every_storable_schedule(schedule: Schedule) -> None:
+    from dbscheduler.schedules import parse
+
+    back = parse(schedule.describe())
+    assert back == schedule
+    assert back.describe() == schedule.describe()
+
+
+def test_parse_takes_a_zoneinfo_cron_as_its_name() -> None:
+    from zoneinfo import ZoneInfo
+
+    from dbscheduler.schedules import parse
+
+    made = Cron("30 2 * * *", tz=ZoneInfo("Europe/Berlin"))
+    assert parse(made.describe()) == Cron("30 2 * * *", tz="Europe/Berlin")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("dynamic myapp.tasks.next_time", "Dynamic schedule: it is code"),
+        ("every 5 minutes", "unknown kind 'every'"),
+        ("fixed-rate 5m", "not a duration like '300s'"),
+        ("fixed-delay -1s", "not a duration"),
+        ("fixed-rate 0s", "FixedRate.period must be > 0"),
+        ("cron Europe/Berlin", "expected 'cron <expression> <time zone>'"),
+        ("cron 0 3 * * * Mars/Base", "Mars/Base"),
+        ("cron 0 3 * * Europe/Berlin", "not a valid cron expression"),
+        ("", "unknown kind ''"),
+    ],
+)
+def test_parse_refuses_bad_text_naming_what_is_wrong(text: str, says: str) -> None:
+    from dbscheduler.schedules import parse
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse(text)

@@ -1,186 +1,26 @@
-"""When a task runs: :class:`Cron`, :class:`FixedRate`, :class:`FixedDelay` and :class:`Dynamic`.
-
-A schedule is a small immutable value. The engine asks it for the first due time when the
-task is registered (:meth:`Schedule.first_run`) and for the next regular occurrence after each
-execution (:meth:`Schedule.next_run`); :meth:`Schedule.describe` gives the text stored in the
-table's ``schedule`` column, which is how a deploy that changed a schedule is detected.
-
-Every datetime going in must be timezone-aware; every datetime coming out is aware UTC.
-
->>> from datetime import datetime, timezone
->>> now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
->>> Cron("0 3 * * *", tz="Europe/Berlin").first_run(now).isoformat()
-'2026-01-02T02:00:00+00:00'
->>> FixedRate(10).describe()
-'fixed-rate 10s'
-"""
+""":class:`Cron`: a cron expression in an IANA time zone, with the daylight-saving fix that
+croniter alone lacks (a fixed wall-clock time runs once per local day; wildcard and stepped
+hours run on real elapsed time)."""
 
 from __future__ import annotations
 
-import abc
 import copy
 import logging
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from dbscheduler.context import TaskContext
+from dbscheduler.schedules.base import _MAX_UTC, _SECOND, _UTC, Schedule, _require_aware
 
-__all__ = ["Cron", "Dynamic", "FixedDelay", "FixedRate", "Schedule"]
-
+# The name the single-module ``dbscheduler.schedules`` used: log filters keep working.
 logger = logging.getLogger("dbscheduler.schedules")
-
-_UTC: Final = timezone.utc
-_MAX_UTC: Final = datetime.max.replace(tzinfo=_UTC)
-_MIN_UTC: Final = datetime.min.replace(tzinfo=_UTC)
-_ZERO: Final = timedelta(0)
-_SECOND: Final = timedelta(seconds=1)
-_MICROSECOND: Final = timedelta(microseconds=1)
-
-
-# --------------------------------------------------------------------------------------------
-# Small helpers shared with failures.py and planning.py (private to the package)
-# --------------------------------------------------------------------------------------------
-
-
-def _as_timedelta(value: object, where: str) -> timedelta:
-    """``value`` as a timedelta: a timedelta as is, an int/float as seconds; else ValueError.
-
-    ``where`` names the field (``"FixedRate.period"``) so the message points at it.
-    """
-    if isinstance(value, timedelta):
-        return value
-    # bool is an int subclass, but FixedDelay(True) is almost certainly a mistake.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
-            f"{where} must be a timedelta or a number of seconds, got {value!r}"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} must be a finite number of seconds, got {value!r}")
-    try:
-        return timedelta(seconds=value)
-    except OverflowError:
-        raise ValueError(f"{where} is too large: {value!r} seconds") from None
-
-
-def _format_seconds(delta: timedelta) -> str:
-    """A compact, stable text for a duration: ``"10s"``, ``"1.5s"``, ``"0.000001s"``.
-
-    Exact to the microsecond (no float rounding), so equal durations always give equal text.
-    """
-    micros = delta // _MICROSECOND
-    sign = "-" if micros < 0 else ""
-    whole, frac = divmod(abs(micros), 1_000_000)
-    text = f"{whole}.{frac:06d}".rstrip("0") if frac else str(whole)
-    return f"{sign}{text}s"
-
-
-def _show(value: object) -> str:
-    """How a rejected duration is shown in an error message (timedeltas as seconds)."""
-    if isinstance(value, timedelta):
-        return _format_seconds(value)
-    return repr(value)
-
-
-def _require_aware(value: object, what: str) -> datetime:
-    """``value`` converted to aware UTC; ValueError if it is not an aware datetime."""
-    if not isinstance(value, datetime):
-        raise ValueError(f"{what} must be a datetime, got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got naive {value.isoformat()}")
-    try:
-        return value.astimezone(_UTC)
-    except OverflowError:
-        # Only reachable at the very ends of the calendar (year 1 / 9999 with an offset).
-        return _MAX_UTC if value.year > 1 else _MIN_UTC
-
-
-def _add_clamped(moment: datetime, delta: timedelta) -> datetime:
-    """``moment + delta``, saturating at the ends of ``datetime`` instead of overflowing.
-
-    A saturated result (9999-12-31 _UTC) means "effectively never"; raising would instead
-    leave a finished execution without a next time.
-    """
-    try:
-        return moment + delta
-    except OverflowError:
-        return _MAX_UTC if delta > _ZERO else _MIN_UTC
-
-
-# --------------------------------------------------------------------------------------------
-# The interface the engine calls
-# --------------------------------------------------------------------------------------------
-
-
-class Schedule(abc.ABC):
-    """Base class of all schedules: decides when a task is due.
-
-    Subclasses are frozen dataclasses, so they compare by value and can be shared between
-    threads. A custom schedule implements the three methods below::
-
-        @dataclass(frozen=True)
-        class EveryMonday9(Schedule):
-            def describe(self) -> str:
-                return "every monday 09:00 UTC"
-
-            def first_run(self, now: datetime) -> datetime:
-                return Cron("0 9 * * mon").first_run(now)
-
-            def next_run(self, *, scheduled_at, started_at, finished_at, ctx) -> datetime:
-                return Cron("0 9 * * mon").next_after(started_at)
-    """
-
-    @abc.abstractmethod
-    def describe(self) -> str:
-        """Stable text stored in the ``schedule`` column.
-
-        Equal schedules give equal text and a changed schedule gives different text: the
-        engine compares it with the stored one to apply a changed schedule at deploy time.
-
-        >>> Cron("*/5 * * * *").describe()
-        'cron */5 * * * * UTC'
-        """
-
-    @abc.abstractmethod
-    def first_run(self, now: datetime) -> datetime:
-        """The first due time after registration; ``now`` is the database clock (aware).
-
-        >>> from datetime import datetime, timezone
-        >>> FixedDelay(30).first_run(datetime(2026, 1, 1, tzinfo=timezone.utc)).isoformat()
-        '2026-01-01T00:00:30+00:00'
-        """
-
-    @abc.abstractmethod
-    def next_run(
-        self,
-        *,
-        scheduled_at: datetime,
-        started_at: datetime,
-        finished_at: datetime,
-        ctx: TaskContext | None,
-    ) -> datetime:
-        """The next *regular* occurrence after an execution (aware _UTC).
-
-        ``scheduled_at`` is the due time that made the execution run, ``started_at`` when it
-        was picked, ``finished_at`` when it ended (all aware). Retries are not decided here:
-        see :func:`dbscheduler.planning.plan_next`.
-
-        >>> from datetime import datetime, timezone
-        >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-        >>> FixedDelay(5).next_run(scheduled_at=t, started_at=t, finished_at=t, ctx=None).second
-        5
-        """
-
-
-# --------------------------------------------------------------------------------------------
-# Cron
-# --------------------------------------------------------------------------------------------
 
 _ALIASES: Final[dict[str, str]] = {
     "@yearly": "0 0 1 1 *",
@@ -243,15 +83,24 @@ def _explain(fields: list[str]) -> str | None:
     return None
 
 
-def _load_zone(name: object) -> ZoneInfo:
-    if not isinstance(name, str) or not name:
+def _load_zone(tz: object) -> ZoneInfo:
+    """The zone ``Cron.tz`` names: an IANA name, or a ``ZoneInfo`` taken by its name, so that
+    ``"Europe/Berlin"`` and ``ZoneInfo("Europe/Berlin")`` make the same schedule."""
+    if isinstance(tz, ZoneInfo):
+        if tz.key is None:  # ZoneInfo.from_file() without a key: nothing to store or compare
+            raise ValueError(
+                f"Cron.tz: {tz!r} has no IANA name; use ZoneInfo('Area/City') or the name"
+            )
+        tz = tz.key
+    if not isinstance(tz, str) or not tz:
         raise ValueError(
-            f"Cron.tz must be an IANA time zone name such as 'Europe/Berlin', got {name!r}"
+            "Cron.tz must be an IANA time zone name such as 'Europe/Berlin' or a "
+            f"zoneinfo.ZoneInfo, got {tz!r}"
         )
     try:
-        return ZoneInfo(name)
+        return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"Cron.tz: unknown time zone {name!r}") from None
+        raise ValueError(f"Cron.tz: unknown time zone {tz!r}") from None
 
 
 def _offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
@@ -297,6 +146,9 @@ def _wall_of(moment: datetime, offset: timedelta) -> datetime:
 class Cron(Schedule):
     """A cron expression evaluated in an IANA time zone, correct across DST changes.
 
+    ``tz`` is the zone's name (``"Europe/Berlin"``, the default ``"UTC"``) or a
+    :class:`zoneinfo.ZoneInfo`; either way ``Cron.tz`` and :meth:`describe` show the name.
+
     ``expr`` has **5 fields** ``minute hour day-of-month month day-of-week``, or
     **6 fields with the SECONDS FIRST**: ``second minute hour day-of-month month day-of-week``
     (the Spring / db-queue-scheduler / Quartz order). ``"*/15 * * * * *"`` runs every 15
@@ -341,18 +193,29 @@ class Cron(Schedule):
     expr: str
     """The cron expression (whitespace-normalised); 6 fields = seconds first."""
     tz: str = "UTC"
-    """IANA time zone name the expression is read in, e.g. ``"Europe/Berlin"``."""
+    """IANA time zone name the expression is read in, e.g. ``"Europe/Berlin"``; a
+    ``zoneinfo.ZoneInfo`` given instead is kept as its name."""
 
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _template: croniter = field(init=False, repr=False, compare=False)
     _elapsed: bool = field(init=False, repr=False, compare=False)
+
+    # An explicit __init__ (kept by @dataclass), as in FixedRate: ``tz`` also accepts a
+    # ZoneInfo while the attribute stays the zone's name, so describe() and equality are the
+    # same for Cron(e, tz="Europe/Berlin") and Cron(e, tz=ZoneInfo("Europe/Berlin")).
+    def __init__(self, expr: str, tz: str | ZoneInfo = "UTC") -> None:
+        object.__setattr__(self, "expr", expr)
+        object.__setattr__(self, "tz", tz)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not isinstance(self.expr, str):
             raise ValueError(f"Cron.expr must be a string, got {self.expr!r}")
         text = " ".join(self.expr.split())
         object.__setattr__(self, "expr", text)
-        object.__setattr__(self, "_zone", _load_zone(self.tz))
+        zone = _load_zone(self.tz)
+        object.__setattr__(self, "tz", zone.key)
+        object.__setattr__(self, "_zone", zone)
 
         def bad(reason: object) -> ValueError:
             return ValueError(f"Cron.expr: {text!r} is not a valid cron expression: {reason}")
@@ -388,6 +251,9 @@ class Cron(Schedule):
 
         >>> Cron("0 3 * * *", tz="Europe/Berlin").describe()
         'cron 0 3 * * * Europe/Berlin'
+        >>> from zoneinfo import ZoneInfo
+        >>> Cron("0 3 * * *", tz=ZoneInfo("Europe/Berlin")).describe()
+        'cron 0 3 * * * Europe/Berlin'
         """
         return f"cron {self.expr} {self.tz}"
 
@@ -421,7 +287,7 @@ class Cron(Schedule):
         """The first fire time strictly after the aware datetime ``dt``, as aware UTC.
 
         A naive ``dt`` raises ``ValueError``. Past the year 9999 there is nothing left to
-        fire: the result saturates at ``datetime.max`` (_UTC).
+        fire: the result saturates at ``datetime.max`` (UTC).
 
         >>> from datetime import datetime, timezone
         >>> berlin = Cron("0 * * * *", tz="Europe/Berlin")
@@ -529,231 +395,3 @@ class Cron(Schedule):
                 return _utc_from_wall(c, off1)
         return None  # pragma: no cover - _walls never ends
 
-
-# --------------------------------------------------------------------------------------------
-# Fixed rate / fixed delay
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FixedRate(Schedule):
-    """Run every ``period``, on a grid: next = previous *scheduled* time + ``period``.
-
-    ``period`` is a ``timedelta`` or a number of seconds (> 0). The first run is one period
-    after registration. When slots were missed (the node was down, or a run took longer
-    than a period), the task runs **once** as soon as possible and then continues on the
-    grid — there is no burst of catch-up runs. Precisely: the next time is the first point
-    of the grid ``scheduled_at + k * period`` strictly after the execution's start.
-
-    The grid is anchored at the due time of the last execution, so a manual trigger,
-    reschedule or retry re-anchors it.
-
-    >>> from datetime import datetime, timedelta, timezone
-    >>> t = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    >>> s = FixedRate(60)
-    >>> late = t + timedelta(seconds=150)  # started 2.5 periods late
-    >>> s.next_run(scheduled_at=t, started_at=late, finished_at=late, ctx=None).time()
-    datetime.time(12, 3)
-    >>> FixedRate(10) == FixedRate(timedelta(seconds=10))
-    True
-    """
-
-    period: timedelta
-    """Time between due times (normalised to ``timedelta``)."""
-
-    # An explicit __init__ (kept by @dataclass) so that FixedRate(10) type-checks while the
-    # attribute stays a plain timedelta.
-    def __init__(self, period: timedelta | float) -> None:
-        normalised = _as_timedelta(period, "FixedRate.period")
-        if normalised <= _ZERO:
-            raise ValueError(f"FixedRate.period must be > 0, got {_show(period)}")
-        object.__setattr__(self, "period", normalised)
-
-    def describe(self) -> str:
-        """``"fixed-rate <seconds>s"``.
-
-        >>> FixedRate(1.5).describe()
-        'fixed-rate 1.5s'
-        """
-        return f"fixed-rate {_format_seconds(self.period)}"
-
-    def first_run(self, now: datetime) -> datetime:
-        """``now + period``.
-
-        >>> from datetime import datetime, timezone
-        >>> FixedRate(60).first_run(datetime(2026, 1, 1, tzinfo=timezone.utc)).minute
-        1
-        """
-        return _add_clamped(_require_aware(now, "FixedRate.first_run: now"), self.period)
-
-    def next_run(
-        self,
-        *,
-        scheduled_at: datetime,
-        started_at: datetime,
-        finished_at: datetime,
-        ctx: TaskContext | None,
-    ) -> datetime:
-        """The first grid point ``scheduled_at + k * period`` (k >= 1) after ``started_at``.
-
-        >>> from datetime import datetime, timezone
-        >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-        >>> FixedRate(10).next_run(scheduled_at=t, started_at=t, finished_at=t, ctx=None).second
-        10
-        """
-        anchor = _require_aware(scheduled_at, "FixedRate.next_run: scheduled_at")
-        started = _require_aware(started_at, "FixedRate.next_run: started_at")
-        # An execution picked before its due time (clock granularity) counts as on time.
-        elapsed = max(started - anchor, _ZERO)
-        steps = elapsed // self.period + 1
-        try:
-            return anchor + steps * self.period
-        except OverflowError:
-            return _MAX_UTC
-
-
-@dataclass(frozen=True)
-class FixedDelay(Schedule):
-    """Run again ``delay`` after the previous execution *finished*.
-
-    ``delay`` is a ``timedelta`` or a number of seconds (>= 0); ``0`` runs the task again as
-    soon as it ends. The first run is one delay after registration.
-
-    >>> from datetime import datetime, timedelta, timezone
-    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> done = t + timedelta(seconds=42)
-    >>> FixedDelay(300).next_run(scheduled_at=t, started_at=t, finished_at=done, ctx=None).time()
-    datetime.time(0, 5, 42)
-    """
-
-    delay: timedelta
-    """Pause between the end of one execution and the start of the next (``timedelta``)."""
-
-    def __init__(self, delay: timedelta | float) -> None:
-        normalised = _as_timedelta(delay, "FixedDelay.delay")
-        if normalised < _ZERO:
-            raise ValueError(f"FixedDelay.delay must be >= 0, got {_show(delay)}")
-        object.__setattr__(self, "delay", normalised)
-
-    def describe(self) -> str:
-        """``"fixed-delay <seconds>s"``.
-
-        >>> FixedDelay(0).describe()
-        'fixed-delay 0s'
-        """
-        return f"fixed-delay {_format_seconds(self.delay)}"
-
-    def first_run(self, now: datetime) -> datetime:
-        """``now + delay``.
-
-        >>> from datetime import datetime, timezone
-        >>> FixedDelay(0).first_run(datetime(2026, 1, 1, tzinfo=timezone.utc)).isoformat()
-        '2026-01-01T00:00:00+00:00'
-        """
-        return _add_clamped(_require_aware(now, "FixedDelay.first_run: now"), self.delay)
-
-    def next_run(
-        self,
-        *,
-        scheduled_at: datetime,
-        started_at: datetime,
-        finished_at: datetime,
-        ctx: TaskContext | None,
-    ) -> datetime:
-        """``finished_at + delay``.
-
-        >>> from datetime import datetime, timezone
-        >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-        >>> FixedDelay(1).next_run(scheduled_at=t, started_at=t, finished_at=t, ctx=None).second
-        1
-        """
-        finished = _require_aware(finished_at, "FixedDelay.next_run: finished_at")
-        return _add_clamped(finished, self.delay)
-
-
-# --------------------------------------------------------------------------------------------
-# Dynamic
-# --------------------------------------------------------------------------------------------
-
-
-def _qualified_name(fn: object) -> str:
-    module = getattr(fn, "__module__", None) or type(fn).__module__
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{name}"
-
-
-@dataclass(frozen=True)
-class Dynamic(Schedule):
-    """Let a function decide: ``fn(ctx) -> datetime`` (aware) after every execution.
-
-    ``fn(None)`` gives the first run at registration; after each execution ``fn`` gets that
-    execution's :class:`~dbscheduler.TaskContext`. A naive or non-datetime return value
-    raises ``ValueError`` naming the function. :meth:`describe` is the function's module and
-    qualified name, so replacing one lambda by another in the same module is not detected as
-    a schedule change.
-
-    >>> from datetime import datetime, timedelta, timezone
-    >>> def tomorrow_9am(ctx):
-    ...     now = datetime.now(timezone.utc)
-    ...     return (now + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
-    >>> Dynamic(tomorrow_9am).describe().endswith(".tomorrow_9am")
-    True
-    """
-
-    fn: Callable[[TaskContext | None], datetime]
-    """Computes the next due time from the finished execution's context (``None`` at first)."""
-
-    def __post_init__(self) -> None:
-        if not callable(self.fn):
-            raise ValueError(f"Dynamic.fn must be callable, got {self.fn!r}")
-
-    def describe(self) -> str:
-        """``"dynamic <module>.<qualname>"``.
-
-        >>> import time
-        >>> Dynamic(time.time).describe()
-        'dynamic time.time'
-        """
-        return f"dynamic {_qualified_name(self.fn)}"
-
-    def _call(self, ctx: TaskContext | None) -> datetime:
-        result = self.fn(ctx)
-        if not isinstance(result, datetime):
-            raise ValueError(
-                f"Dynamic.fn {_qualified_name(self.fn)} must return an aware datetime, "
-                f"got {result!r}"
-            )
-        if result.tzinfo is None or result.utcoffset() is None:
-            raise ValueError(
-                f"Dynamic.fn {_qualified_name(self.fn)} returned a naive datetime "
-                f"({result.isoformat()}); return an aware one, e.g. with tzinfo=timezone.utc"
-            )
-        return _require_aware(result, f"Dynamic.fn {_qualified_name(self.fn)} result")
-
-    def first_run(self, now: datetime) -> datetime:
-        """``fn(None)``.
-
-        >>> from datetime import datetime, timezone
-        >>> t = datetime(2030, 1, 1, tzinfo=timezone.utc)
-        >>> Dynamic(lambda ctx: t).first_run(t) == t
-        True
-        """
-        return self._call(None)
-
-    def next_run(
-        self,
-        *,
-        scheduled_at: datetime,
-        started_at: datetime,
-        finished_at: datetime,
-        ctx: TaskContext | None,
-    ) -> datetime:
-        """``fn(ctx)``.
-
-        >>> from datetime import datetime, timezone
-        >>> t = datetime(2030, 1, 1, tzinfo=timezone.utc)
-        >>> Dynamic(lambda ctx: t).next_run(scheduled_at=t, started_at=t, finished_at=t,
-        ...                                 ctx=None) == t
-        True
-        """
-        return self._call(ctx)

@@ -1,4 +1,6 @@
-"""A real scheduler node for multi-process tests: ``python -m tests.node --url … --table …``.
+"""A real scheduler node for multi-process tests: ``python -m tests.harness.node --url …``.
+
+Started by :class:`tests.harness.Cluster` (conformance and chaos suites alike).
 
 It registers N tasks, runs until SIGTERM/SIGINT (graceful shutdown) or ``--seconds``, and
 appends one JSON line per event to ``--log``: ``start``/``end`` of every execution with the

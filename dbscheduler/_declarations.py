@@ -1,0 +1,198 @@
+"""Declaring what a :class:`~dbscheduler.Scheduler` runs: tasks (a function with a row of its
+own), handlers (a function for rows created at run time) and listeners; and checking what it
+is given before anything is written (durations, node ids, task declarations: bad input raises
+``ValueError`` naming the task and the field)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from ._execution import TaskDef, TaskFunction
+from ._store import Registration, Store, validate_name
+from ._wakeup import Wakeup
+from .failures import FailureSettings, NoRetry
+from .listeners import Listener, Listeners
+from .runtime import Handlers
+from .schedules import FixedDelay, FixedRate, Schedule
+
+__all__ = ["Declarations", "declare_task", "default_node_id", "duration"]
+
+log = logging.getLogger("dbscheduler.scheduler")
+
+
+def default_node_id() -> str:
+    """Host name, process id and a short random suffix: unique even across restarts."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"[:255]
+
+
+def duration(value: timedelta | float | int, field: str, *, allow_zero: bool = False) -> timedelta:
+    """``value`` (a timedelta or seconds) as a timedelta; ``ValueError`` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
+        raise ValueError(f"{field} must be a timedelta or a number of seconds, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{field} must be a finite number of seconds, got {value!r}")
+    if not isinstance(value, timedelta) and abs(value) > 86_400 * 365:
+        raise ValueError(f"{field} must be at most a year, got {value!r} s")
+    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
+        raise ValueError(f"{field} must be > 0, got {value!r}")
+    return delta
+
+
+def _warn_if_retry_never_fires(
+    name: str, schedule: Schedule, on_failure: FailureSettings
+) -> None:
+    """Warn when a failed run can never be retried: the next time is the earlier of the retry
+    and the regular occurrence, and a retry no earlier than the period always loses."""
+    if isinstance(schedule, FixedRate):
+        period = schedule.period
+    elif isinstance(schedule, FixedDelay):
+        period = schedule.delay
+    else:
+        return
+    first = on_failure.retry_delay(1)
+    if first is None or first < period:
+        return
+    log.warning(
+        "task %r: %r never retries: its first retry (after %s s) is not earlier than the "
+        "next regular run of %s, which is taken instead; use a retry delay shorter than %s s",
+        name, on_failure, first.total_seconds(), schedule.describe(), period.total_seconds(),
+    )
+
+
+def declare_task(
+    name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None
+) -> TaskDef:
+    """The :class:`TaskDef` of a declared task, every argument checked."""
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise ValueError(f"task {str(name)[:60]!r}: {exc}") from None
+    if not isinstance(schedule, Schedule):
+        raise ValueError(
+            f"task {name!r}: schedule must be a Cron, FixedRate, FixedDelay or Dynamic, "
+            f"got {schedule!r}"
+        )
+    on_failure = NoRetry() if on_failure is None else on_failure
+    if not isinstance(on_failure, FailureSettings):
+        raise ValueError(
+            f"task {name!r}: on_failure must be NoRetry, LinearBackoff, ArithmeticBackoff "
+            f"or GeometricBackoff, got {on_failure!r}"
+        )
+    if not callable(fn):
+        raise ValueError(f"task {name!r}: the task function is not callable: {fn!r}")
+    if len(schedule.describe()) > 500:
+        raise ValueError(f"task {name!r}: schedule description longer than 500 characters")
+    definition = TaskDef.build(name, fn, schedule, on_failure)
+    _warn_if_retry_never_fires(name, schedule, on_failure)
+    return definition
+
+
+F = TypeVar("F", bound=TaskFunction)
+
+
+class Declarations:
+    """The declaring half of :class:`~dbscheduler.Scheduler` (a mixin: the scheduler holds the
+    attributes declared here)."""
+
+    _lock: threading.Lock
+    _state: str
+    _tasks: dict[str, TaskDef]
+    _handlers: Handlers
+    _listeners: Listeners
+    _store: Store
+    _wakeup: Wakeup
+
+    def _ensure_schema(self) -> None:
+        raise NotImplementedError
+
+    def task(
+        self,
+        name: str,
+        *,
+        schedule: Schedule,
+        on_failure: FailureSettings | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator registering a function as the task ``name``.
+
+        >>> @scheduler.task("cleanup", schedule=FixedDelay(300))   # doctest: +SKIP
+        ... def cleanup(ctx: TaskContext) -> None: ...
+        """
+
+        def register(fn: F) -> F:
+            self.add(name, fn, schedule=schedule, on_failure=on_failure)
+            return fn
+
+        return register
+
+    def add(
+        self,
+        name: str,
+        fn: TaskFunction,
+        *,
+        schedule: Schedule,
+        on_failure: FailureSettings | None = None,
+    ) -> None:
+        """Register ``fn`` as the task ``name`` (the function may be a coroutine function).
+
+        Its row is inserted if absent when the scheduler starts (at once if already started);
+        a changed schedule applies at once. Invalid arguments raise ``ValueError`` naming the
+        task and the field, before anything is written.
+
+        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300))   # doctest: +SKIP
+        """
+        definition = declare_task(name, fn, schedule, on_failure)
+        with self._lock:
+            if name in self._tasks or name in self._handlers:
+                raise ValueError(f"task {name!r} is already registered on this scheduler")
+            if self._state == "stopped":
+                raise RuntimeError("this scheduler was shut down; create a new one")
+            self._tasks[name] = definition
+            started = self._state == "running"
+        if started:
+            self._register([definition])
+            self._wakeup.set()
+
+    def handler(
+        self, name: str, *, on_failure: FailureSettings | None = None
+    ) -> Callable[[F], F]:
+        """Decorator registering a function as the handler ``name``: no row; this node runs
+        every row whose handler is ``name`` (``schedule``/``schedule_once`` from any process).
+
+        >>> @scheduler.handler("send-report")   # doctest: +SKIP
+        ... def send_report(ctx: TaskContext) -> None: mail(ctx.data["to"])
+        """
+
+        def register(fn: F) -> F:
+            with self._lock:
+                self._handlers.add(name, fn, on_failure)
+            self._wakeup.set()
+            return fn
+
+        return register
+
+    def sync(self) -> None:
+        """Write the rows of the declared tasks (and create the table where the scheduler
+        may), without starting: a deploy step before the new nodes come up."""
+        self._ensure_schema()
+        self._register(list(self._tasks.values()))
+
+    def _register(self, defs: list[TaskDef]) -> None:
+        self._store.register(
+            [Registration(d.name, d.schedule.describe(), d.schedule.first_run) for d in defs]
+        )
+
+    def add_listener(self, listener: Listener) -> None:
+        """Add a :class:`~dbscheduler.Listener` (any object with some of its hooks works too).
+
+        >>> scheduler.add_listener(Timings())   # doctest: +SKIP
+        """
+        self._listeners.add(listener)

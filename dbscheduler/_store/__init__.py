@@ -1,0 +1,27 @@
+"""The engine's private access to the table: connections and clock (``base``), registration,
+and the fenced hot path. Operations for users live in :mod:`dbscheduler.client`."""
+
+from .base import StoreBase, validate_name
+from .finish import FinishWrite
+from .hotpath import Picked, PollState, Store
+from .registration import Registration, register
+from .runtime import RuntimeRow, write_runtime
+from .state import MAX_STATE_BYTES, clean_text, decode_state, decode_state_safe, encode_state
+
+__all__ = [
+    "MAX_STATE_BYTES",
+    "FinishWrite",
+    "Picked",
+    "PollState",
+    "Registration",
+    "RuntimeRow",
+    "Store",
+    "StoreBase",
+    "clean_text",
+    "decode_state",
+    "decode_state_safe",
+    "encode_state",
+    "register",
+    "validate_name",
+    "write_runtime",
+]

@@ -1,0 +1,178 @@
+"""What every part of the store stands on: the connection kinds, retries, the database clock,
+the schema checks, name validation and state decoding.
+
+Nothing here knows about threads; nothing above ``_store`` and :mod:`dbscheduler.client`
+writes SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from ..dialects import Dialect, autocommits, db_now, dialect_for
+from ..dialects.types import to_utc
+from ..errors import SchemaMismatch, SchemaMissing
+from ..table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name
+
+__all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
+
+log = logging.getLogger("dbscheduler.store")
+
+_T = TypeVar("_T")
+
+TRANSIENT_RETRIES = 3
+"""Attempts of a statement that fails on a deadlock or serialization failure."""
+
+
+class StoreBase:
+    """The scheduler table on one database, reached through one SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine, table: str = "scheduled_tasks") -> None:
+        split_table_name(table)
+        self.engine = engine
+        self.table_name = table
+        self.table = make_table(table)
+        self.dialect: Dialect = dialect_for(engine)
+        self._autocommits = autocommits(engine)
+        """The engine autocommits by default: transactions switch modes, not single writes."""
+        name = split_table_name(table)[1]
+        self.channel = f"dbscheduler_{name}"[:63]
+
+    # -- schema --------------------------------------------------------------------------
+    def create_table(self) -> None:
+        """Create or upgrade the table through the migrations (the embedded default's zero
+        set-up), so that a later ``dbscheduler migrate`` finds it at its version."""
+        from ..migrate import upgrade  # Alembic is only needed here
+
+        schema, name = split_table_name(self.table_name)
+        if sa.inspect(self.engine).has_table(name, schema=schema):
+            return  # made by hand or an older version: check_schema() judges it
+        upgrade(self.engine, self.table_name)
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table is usable."""
+        schema, name = split_table_name(self.table_name)
+        inspector = sa.inspect(self.engine)
+        if not inspector.has_table(name, schema=schema):
+            raise SchemaMissing(self.table_name, self.safe_url())
+        present = {c["name"].lower() for c in inspector.get_columns(name, schema=schema)}
+        missing = [c for c in COLUMNS if c not in present]
+        if missing:
+            raise SchemaMismatch(self.table_name, missing)
+
+    def safe_url(self) -> str:
+        """The engine's URL with its password hidden, for messages."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    # -- connections ---------------------------------------------------------------------
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A read-write transaction, committed at the end."""
+        try:
+            if self._autocommits:
+                with self.engine.connect() as plain:
+                    conn = plain.execution_options(
+                        isolation_level=self.dialect.transaction_isolation)
+                    with conn.begin():
+                        yield conn
+                return
+            with self.engine.begin() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if self.dialect.is_missing_table(exc):
+                raise SchemaMissing(self.table_name, self.safe_url()) from exc
+            raise
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection whose every statement commits on its own: nothing it runs holds a
+        lock once the statement has returned."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn if self._autocommits else conn.execution_options(
+                    **self.dialect.autocommit_options)
+                # A no-op in autocommit mode; an engine whose driver was not set up for it
+                # (SQLite without prepare_engine: implicit transactions) still commits here.
+                if conn.in_transaction():
+                    conn.commit()
+        except sa.exc.DBAPIError as exc:
+            if self.dialect.is_missing_table(exc):
+                raise SchemaMissing(self.table_name, self.safe_url()) from exc
+            raise
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads only (autocommit on servers: one round trip per query)."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn if self._autocommits else conn.execution_options(
+                    **self.dialect.read_options)
+        except sa.exc.DBAPIError as exc:
+            if self.dialect.is_missing_table(exc):
+                raise SchemaMissing(self.table_name, self.safe_url()) from exc
+            raise
+
+    def retrying(self, what: str, action: Callable[[], _T]) -> _T:
+        """Run ``action``; again at once after a deadlock or serialization failure."""
+        for attempt in range(1, TRANSIENT_RETRIES + 1):
+            try:
+                return action()
+            except sa.exc.DBAPIError as exc:
+                if attempt == TRANSIENT_RETRIES or not self.dialect.is_transient(exc):
+                    raise
+                log.debug("%s: transient error, retrying: %s", what, exc.orig)
+        raise AssertionError("unreachable")
+
+    # -- the database clock --------------------------------------------------------------
+    def db_now(self) -> datetime:
+        """The database's current time, aware UTC."""
+        with self.read() as conn:
+            return self.now(conn)
+
+    def now(self, conn: Connection) -> datetime:
+        """The database's current time on ``conn``, aware UTC."""
+        value = to_utc(conn.execute(sa.select(db_now())).scalar_one())
+        assert value is not None
+        return value
+
+    def notify(self, conn: Connection, payload: str = "") -> None:
+        """Wake listening nodes (PostgreSQL ``NOTIFY``); nothing where unsupported."""
+        if self.dialect.supports_notify:
+            self.dialect.notify(conn, self.channel, payload)
+
+
+def validate_name(name: object) -> str:
+    """A task name: a non-empty string of at most 255 UTF-16 code units, no control character
+    (Unicode category Cc: NUL, newline, tab, escape …), no leading or trailing white space."""
+    if not isinstance(name, str):
+        raise ValueError(f"task name must be a string, got {type(name).__name__}")
+    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        # The CLI and logs print one name per line: a newline or an escape would forge lines.
+        raise ValueError(
+            f"task name {name[:60]!r} contains the control character {control!r} "
+            f"(U+{ord(control):04X}); names may not contain control characters"
+        )
+    if not name.strip():
+        raise ValueError("task name must not be empty")
+    if name != name.strip():
+        # MySQL/MariaDB compare with trailing spaces ignored: "a " and "a" would be one row.
+        raise ValueError(f"task name {name!r} must not start or end with white space")
+    # SQL Server's NVARCHAR counts UTF-16 code units: an emoji takes two.
+    units = len(name.encode("utf-16-le")) // 2
+    if units > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"task name {name[:40]!r}… is {units} UTF-16 code units long ({len(name)} "
+            f"characters); the limit is {MAX_NAME_LENGTH} UTF-16 code units (a character "
+            "beyond U+FFFF, such as an emoji, counts two)"
+        )
+    return name
+

@@ -1,0 +1,303 @@
+"""Finishing executions: fenced writes that hold no lock, one row never failing the others.
+
+PostgreSQL writes a whole batch in one autocommit statement (``UPDATE … FROM (VALUES …)
+RETURNING``, with ``pg_notify`` in the same statement when a peer must wake). The other
+databases send one fenced ``UPDATE`` per execution in autocommit, each with its own row count.
+``last_finished_at`` is the database's clock in the statement; the next due time is planned
+with the node's estimate of that clock (its monotonic clock plus the offset measured at
+every poll), so no ``SELECT now()`` precedes the write.
+
+When the database refuses a write for one row (too long, invalid text), the rows are written
+one by one and each refused one is recorded as an error saying why: the others land at once.
+When the answer of a write was lost (the connection dropped), what landed is read back by
+fence (the row still carries this execution's token, with ``locked_by`` cleared) instead of
+being called refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import _faultpoints
+from ..context import UNSET, Status, _Unset
+from ..dialects import db_now
+from ..dialects.types import UTCDateTime
+from ..table import MAX_ERROR_LENGTH
+from .state import clean_text
+
+if TYPE_CHECKING:
+    from .hotpath import Store
+
+__all__ = ["FinishWrite", "finish_batch"]
+
+log = logging.getLogger("dbscheduler.store")
+
+_CHUNK = 500
+"""Rows per statement where a statement names rows one by one (read-backs)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishWrite:
+    """The fenced write that ends one execution."""
+
+    id: int
+    token: int
+    status: Status
+    next_at: datetime
+    attempt: int
+    finished_at: datetime
+    """The node's estimate of the database time at the finish (used to plan ``next_at``);
+    the row's ``last_finished_at`` is the database's own clock at the write."""
+    error: str | None = None
+    """Written to ``last_error`` when set; a success keeps the last failure's text."""
+    payload: str | _Unset | None = UNSET
+    """New JSON state; ``UNSET`` keeps the stored one."""
+    delete: bool = False
+    """A one-off job that is done (succeeded or gave up): the fenced write deletes the row."""
+
+
+def finish_batch(
+    store: Store,
+    node_id: str,
+    make_writes: Callable[[datetime], Sequence[FinishWrite]],
+    notify_within: timedelta,
+    on_replaced: Callable[[FinishWrite], None] | None,
+) -> tuple[datetime, list[FinishWrite]]:
+    """See :meth:`Store.finish`."""
+    now = store.estimated_now()
+    writes = [
+        dataclasses.replace(w, error=clean_text(w.error)) if w.error is not None else w
+        for w in make_writes(now)
+    ]
+    if not writes:
+        return now, []
+    notify = store.dialect.supports_notify and any(
+        w.next_at <= now + notify_within for w in writes
+    )
+    try:
+        landed = store.retrying("finish", lambda: _write(store, node_id, writes, notify))
+    except Exception as exc:
+        if not refused(store, exc):
+            raise
+        log.warning("finish: the database refused a write of the batch (%s); writing the "
+                    "%d execution(s) one by one", _reason(exc), len(writes))
+        writes, landed = _one_by_one(store, node_id, writes, notify, on_replaced)
+    unsure = [w for w in writes if w.id not in landed]
+    return now, _not_landed(store, unsure) if unsure else []
+
+
+def _one_by_one(
+    store: Store,
+    node_id: str,
+    writes: list[FinishWrite],
+    notify: bool,
+    on_replaced: Callable[[FinishWrite], None] | None,
+) -> tuple[list[FinishWrite], set[int]]:
+    """Each write alone; a refused one becomes an error finish saying why."""
+    done: list[FinishWrite] = []
+    landed: set[int] = set()
+    for w in writes:
+        try:
+            landed |= _write(store, node_id, [w], notify)
+        except Exception as exc:
+            if not refused(store, exc):
+                raise
+            reason = clean_text(f"the database refused this execution's finish: {_reason(exc)}")
+            log.error("finish of row %d (token %d) refused by the database: %s; recorded as "
+                      "an error", w.id, w.token, reason)
+            w = dataclasses.replace(w, status="error", error=reason, payload=UNSET)
+            landed |= _write(store, node_id, [w], notify)
+            if on_replaced is not None:
+                on_replaced(w)
+        done.append(w)
+    return done, landed
+
+
+def refused(store: Store, exc: BaseException) -> bool:
+    """True when ``exc`` is the database (or its driver) refusing the values of a write, as
+    opposed to a lost connection, a deadlock or a missing table (worth retrying as is)."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated or store.dialect.is_transient(exc):
+            return False
+        if store.dialect.is_missing_table(exc):
+            return False
+        return isinstance(exc, (sa.exc.DataError, sa.exc.IntegrityError))
+    if isinstance(exc, sa.exc.StatementError):  # a bind processor refused a value
+        return True
+    return isinstance(exc, (ValueError, UnicodeError, OverflowError, RecursionError))
+
+
+def _reason(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {orig or exc}"[:MAX_ERROR_LENGTH]
+
+
+def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bool) -> set[int]:
+    """Write ``writes`` in autocommit; returns the ids known to have landed."""
+    deletes = [w for w in writes if w.delete]
+    if deletes:
+        gone = _delete_done(store, node_id, deletes)
+        rest = [w for w in writes if not w.delete]
+        return gone | (_write(store, node_id, rest, notify) if rest else set())
+    with store.autocommit() as conn:
+        if store.dialect.update_from_values:
+            return _write_values(store, conn, node_id, writes, notify)
+        # One statement per execution, each with its own row count: which writes landed is
+        # known at once, never guessed later from a row that may have moved on meanwhile
+        # (PyMySQL runs an executemany of UPDATEs as these same round trips anyway).
+        landed: set[int] = set()
+        statements = {flag: _fenced_update(store, node_id, flag) for flag in (False, True)}
+        for w in writes:
+            count = conn.execute(
+                statements[not isinstance(w.payload, _Unset)], _params(w)
+            ).rowcount
+            _faultpoints.reached("finish")
+            if count == 1:
+                landed.add(w.id)
+        return landed
+
+
+def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> set[int]:
+    """Delete the rows of finished one-off jobs: one fenced statement each, so a job another
+    node took over meanwhile is never deleted under it."""
+    t = store.table
+    landed: set[int] = set()
+    with store.autocommit() as conn:
+        for w in writes:
+            count = conn.execute(
+                sa.delete(t).where(t.c.id == w.id, t.c.total_attempt == w.token,
+                                   t.c.locked_by == node_id)
+            ).rowcount
+            _faultpoints.reached("finish")
+            if count == 1:
+                landed.add(w.id)
+    return landed
+
+
+def _fenced_update(store: Store, node_id: str, with_payload: bool) -> sa.Update:
+    t, b = store.table, sa.bindparam
+    stmt = (
+        sa.update(t)
+        .where(t.c.id == b("w_id"), t.c.total_attempt == b("w_token"), t.c.locked_by == node_id)
+        .values(
+            locked_by=None,
+            next_process_at=b("w_next", type_=t.c.next_process_at.type),
+            attempt=b("w_attempt", type_=sa.Integer()),
+            last_status=b("w_status", type_=t.c.last_status.type),
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + b("w_success", type_=sa.Integer()),
+            # A success keeps the last failure's text; a failure replaces it.
+            last_error=sa.func.coalesce(b("w_error", type_=t.c.last_error.type), t.c.last_error),
+        )
+    )
+    if with_payload:
+        stmt = stmt.values(payload=b("w_payload", type_=t.c.payload.type))
+    return stmt
+
+
+def _params(write: FinishWrite) -> dict[str, Any]:
+    params = {
+        "w_id": write.id,
+        "w_token": write.token,
+        "w_next": write.next_at,
+        "w_attempt": write.attempt,
+        "w_status": write.status,
+        "w_success": 1 if write.status == "success" else 0,
+        "w_error": write.error,
+    }
+    if not isinstance(write.payload, _Unset):
+        params["w_payload"] = write.payload
+    return params
+
+
+def _write_values(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
+) -> set[int]:
+    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``."""
+    t = store.table
+    v, params = store.dialect.batch_rows("w", [
+        sa.column("w_id", sa.BigInteger()),
+        sa.column("w_token", sa.BigInteger()),
+        sa.column("w_next", UTCDateTime()),
+        sa.column("w_attempt", sa.Integer()),
+        sa.column("w_status", t.c.last_status.type),
+        sa.column("w_success", sa.Integer()),
+        sa.column("w_error", t.c.last_error.type),
+        sa.column("w_set_payload", sa.Boolean()),
+        sa.column("w_payload", t.c.payload.type),
+    ], [
+        (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
+         w.error, not isinstance(w.payload, _Unset),
+         None if isinstance(w.payload, _Unset) else w.payload)
+        for w in writes
+    ])
+    update = (
+        sa.update(t)
+        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node_id)
+        .values(
+            locked_by=None,
+            next_process_at=v.c.w_next,
+            attempt=v.c.w_attempt,
+            last_status=v.c.w_status,
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
+            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
+            payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
+        )
+        .returning(t.c.id)
+    )
+    if notify:
+        # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
+        # wake them, in the same statement (identical notifications are delivered once).
+        done = update.cte("finished")
+        stmt: sa.Executable = sa.select(
+            done.c.id, sa.func.pg_notify(store.channel, "").label("notified")
+        )
+    else:
+        stmt = update
+    ids = {int(r[0]) for r in conn.execute(stmt, params)}
+    _faultpoints.reached("finish")
+    return ids
+
+
+def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite]:
+    """Which of ``writes`` (those a statement did not confirm: refused by their fence, or
+    retried after an answer lost with the connection) did not land, read back by fence.
+
+    The write landed when the row still carries the execution's token with ``locked_by``
+    cleared, or when the pick right after it (token + 1) found ``locked_by`` already cleared
+    (``prev_locked_by`` NULL): only the finish clears it while the execution holds the row.
+    """
+    t = store.table
+    ids = [w.id for w in writes]
+    with store.read() as conn:
+        rows = {
+            r.id: r
+            for start in range(0, len(ids), _CHUNK)
+            for r in conn.execute(
+                sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.prev_locked_by).where(
+                    t.c.id.in_(ids[start : start + _CHUNK])
+                )
+            )
+        }
+
+    def landed(w: FinishWrite) -> bool:
+        row = rows.get(w.id)
+        if row is None:
+            return w.delete  # a one-off job's row is gone: its fenced delete landed
+        if w.delete:
+            return False
+        if row.total_attempt == w.token:
+            return row.locked_by is None
+        return bool(row.total_attempt == w.token + 1 and row.prev_locked_by is None)
+
+    return [w for w in writes if not landed(w)]

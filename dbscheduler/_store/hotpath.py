@@ -1,0 +1,262 @@
+"""The engine's fenced hot path: poll, pick, heartbeat, finish, release, lost executions.
+
+Every write made on behalf of a running execution is *fenced*: it carries ``id``, the fencing
+token (``total_attempt`` after the pick) and ``locked_by``, so a node that lost its lease can
+never overwrite a row another node now owns. Every write here is an autocommit statement: a
+node frozen right after one (a GC or VM pause, a partition) holds no lock, and the others
+take its rows over as soon as its leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from .. import _faultpoints
+from ..dialects import PickedRow, db_now, db_now_plus
+from ..dialects.types import to_utc
+from .base import StoreBase
+from .finish import FinishWrite, finish_batch
+from .pick import pick_rows
+from .registration import Registration, register
+from .runtime import next_due_of
+from .state import clean_text
+
+__all__ = ["FinishWrite", "Picked", "PollState", "Store"]
+
+log = logging.getLogger("dbscheduler.store")
+
+SHAPE_CHECK_INTERVAL = 1.0
+"""Seconds between two checks of the table's shape (count, max id) by one node."""
+
+_CHUNK = 500
+"""Rows per statement where a statement names rows one by one (heartbeats, stale checks)."""
+
+
+@dataclass(frozen=True)
+class PollState:
+    """What one cheap query tells the poller: the time, the next due time, the table's shape."""
+
+    db_now: datetime
+    next_due: datetime | None
+    """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
+    shape: tuple[int, int | None] | None
+    """``(0 if the table is empty else 1, max id)``, when checked."""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """What a pick took, and — where the backend tells it in the same round trip — when the
+    next row this node may pick is due (``next_due_known``; ``next_due`` None: none is)."""
+
+    rows: list[PickedRow]
+    next_due: datetime | None = None
+    next_due_known: bool = False
+
+
+class Store(StoreBase):
+    """The engine's view of the table: registration and every fenced write of the hot path.
+
+    >>> store = Store(sa.create_engine("sqlite://"), "scheduled_tasks")  # doctest: +SKIP
+    >>> store.create_table(); store.poll(["report"]).next_due            # doctest: +SKIP
+    """
+
+    def __init__(self, engine: Engine, table: str = "scheduled_tasks") -> None:
+        super().__init__(engine, table)
+        self._shape_checked = float("-inf")
+        self._db_minus_mono: float | None = None
+        """Database clock minus the monotonic clock, measured at every poll."""
+        self.clock: Callable[[], datetime] | None = None
+        """Replaces :meth:`estimated_now`'s estimate (a test harness that moves the
+        database clock by hand gives its clock here)."""
+
+    def estimated_now(self) -> datetime:
+        """The node's estimate of the database time: its monotonic clock plus the offset
+        measured at the last poll (a read of the database clock before the first poll)."""
+        if self.clock is not None:
+            return self.clock()
+        if self._db_minus_mono is None:
+            return self.db_now()
+        return datetime.fromtimestamp(time.monotonic() + self._db_minus_mono, timezone.utc)
+
+    def register(self, items: Sequence[Registration]) -> None:
+        """Insert each task unless present; apply a changed schedule at once."""
+        register(self, items)
+
+    # -- the poll ------------------------------------------------------------------------
+    def poll(self, known: Collection[str]) -> PollState:
+        """One small query: database time, next due time of this node's tasks, table shape."""
+        t = self.table
+        # A busy node checks the shape once a second, not on every one of its hundreds of
+        # polls a second. An idle node checks it on every poll.
+        check_shape = time.monotonic() - self._shape_checked >= SHAPE_CHECK_INTERVAL
+        with self.read() as conn:
+            before = time.monotonic()
+            due = next_due_of(self, known)
+            columns = [db_now().label("now"), due.scalar_subquery().label("next_due")]
+            if check_shape:
+                columns += [
+                    # Whether any row exists (0 or 1), not a count: counting a table of a
+                    # million pending one-off jobs on every idle poll would be a scan.
+                    sa.case((sa.exists(sa.select(t.c.id)), 1), else_=0).label("n"),
+                    sa.select(sa.func.max(t.c.id)).scalar_subquery().label("max_id"),
+                ]
+            before = time.monotonic()
+            row = conn.execute(sa.select(*columns)).one()
+            after = time.monotonic()
+        now = to_utc(row.now)
+        assert now is not None
+        self._db_minus_mono = now.timestamp() - (before + after) / 2
+        shape = (int(row.n), row.max_id) if check_shape else None
+        if shape is not None:
+            self._shape_checked = time.monotonic()
+        return PollState(now, to_utc(row.next_due), shape)
+
+    def _name_filter(self, conn: Connection, known: Collection[str]) -> ColumnElement[bool] | None:
+        """Restricts picks to rows whose ``handler`` this node has: a short list however many
+        rows and names the table holds (the ``handler`` index serves it)."""
+        return self.dialect.names_in(self.table.c.handler, sorted(known))
+
+    # -- the pick ------------------------------------------------------------------------
+    def pick(
+        self,
+        node_id: str,
+        limit: int,
+        lease: timedelta,
+        known: Collection[str],
+        exclude: Collection[int] = (),
+    ) -> Picked:
+        """Take up to ``limit`` due, unpaused rows among ``known`` names,
+        except the rows ``exclude`` (ids whose execution this node still has in flight)."""
+        if limit <= 0:
+            return Picked([])
+        rows = self.retrying(
+            "pick", lambda: pick_rows(self, node_id, limit, lease, known, exclude)
+        )
+        if rows and "next_due" in rows[0] and len(rows) < limit:
+            # Fewer rows than asked: every due row was taken, so the backend's "earliest
+            # later row" is this node's next due time.
+            return Picked(rows, to_utc(rows[0]["next_due"]), True)
+        return Picked(rows)
+
+    # -- fenced writes of running executions ---------------------------------------------
+    def _fence(self, node_id: str, id_: Any, token: Any) -> ColumnElement[bool]:
+        t = self.table
+        return sa.and_(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+
+    def heartbeat(
+        self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
+    ) -> tuple[set[int], set[int]]:
+        """Extend the lease of every execution in ``tokens`` (``id -> token``) in one statement.
+
+        Returns ``(alive, stop_requested)``: the ids still owned by this node, and those of
+        them whose cancel was requested. An id missing from ``alive`` has lost its lease.
+        """
+        if not tokens:
+            return set(), set()
+        return self.retrying("heartbeat", lambda: self._heartbeat(node_id, lease, tokens))
+
+    def _heartbeat(
+        self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
+    ) -> tuple[set[int], set[int]]:
+        t = self.table
+        ids = list(tokens)
+        alive: set[int] = set()
+        stop: set[int] = set()
+        with self.autocommit() as conn:
+            # Chunks keep every statement under SQL Server's 2,100 parameters and Oracle's
+            # 1,000-item IN lists, however many executions a node runs.
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                stmt = (
+                    sa.update(t)
+                    .where(sa.or_(*(self._fence(node_id, i, tokens[i]) for i in chunk)))
+                    .values(
+                        next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now()
+                    )
+                )
+                if self.dialect.returning_update:
+                    rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
+                    _faultpoints.reached("heartbeat")
+                    alive.update(r.id for r in rows)
+                    stop.update(r.id for r in rows if r.stop_requested)
+                    continue
+                conn.execute(stmt)
+                _faultpoints.reached("heartbeat")
+                # A plain read after the committed update: who still holds what (a row taken
+                # over in between is simply not ours, as it would be a moment later anyway).
+                for r in conn.execute(
+                    sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
+                    .where(t.c.id.in_(chunk))
+                ):
+                    if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
+                        alive.add(r.id)
+                        if r.stop_requested:
+                            stop.add(r.id)
+        return alive, stop
+
+    def finish(
+        self,
+        node_id: str,
+        make_writes: Callable[[datetime], Sequence[FinishWrite]],
+        notify_within: timedelta = timedelta(seconds=1),
+        on_replaced: Callable[[FinishWrite], None] | None = None,
+    ) -> tuple[datetime, list[FinishWrite]]:
+        """Write finished executions, fenced; returns (estimated db now, writes not landed).
+
+        ``make_writes`` receives the node's estimate of the database time (see
+        :meth:`estimated_now`) to plan with; ``last_finished_at`` is written with the
+        database's clock. A write whose token moved on (another node owns the row) changes
+        nothing and is returned. A write the database refuses for its values is replaced by
+        an error finish saying why (``on_replaced`` receives it); the others land regardless.
+        Sleeping nodes are notified when a new due time comes within ``notify_within``.
+        """
+        return finish_batch(self, node_id, make_writes, notify_within, on_replaced)
+
+    def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str) -> bool:
+        """Record, on a row just picked, that its previous execution was lost, and keep it."""
+        with self.autocommit() as conn:
+            kept = conn.execute(
+                sa.update(self.table)
+                .where(self._fence(node_id, id_, token))
+                .values(
+                    attempt=attempt,
+                    last_status="lost",
+                    last_error=clean_text(error),
+                    last_finished_at=db_now(),
+                )
+            ).rowcount
+            _faultpoints.reached("record_lost")
+        return bool(kept)
+
+    def release(self, node_id: str, tokens: Mapping[int, int]) -> int:
+        """Give back leases this node still holds so another node can pick them at once."""
+        if not tokens:
+            return 0
+        t, b = self.table, sa.bindparam
+        with self.autocommit() as conn:
+            count = conn.execute(
+                sa.update(t)
+                .where(t.c.id == b("r_id"), t.c.total_attempt == b("r_token"),
+                       t.c.locked_by == node_id)
+                .values(
+                    locked_by=None,
+                    next_process_at=db_now(),
+                    # The interrupted try was not a failure: give its attempt back.
+                    attempt=sa.case((t.c.attempt > 0, t.c.attempt - 1), else_=0),
+                    stop_requested=False,
+                ),
+                [{"r_id": i, "r_token": tok} for i, tok in tokens.items()],
+            ).rowcount
+            _faultpoints.reached("release")
+            if count != 0:  # -1: the driver does not count an executemany's rows
+                self.notify(conn)
+        return max(count, 0) if conn.dialect.supports_sane_multi_rowcount else len(tokens)

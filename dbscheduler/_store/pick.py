@@ -1,0 +1,105 @@
+"""The pick: one autocommit statement takes due rows, and a pick whose answer was lost is
+reconciled by reading back what it claimed."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import _faultpoints
+from ..dialects import PickedRow
+from .runtime import due_candidates, next_due_of
+
+if TYPE_CHECKING:
+    from .hotpath import Store
+
+__all__ = ["pick_rows", "unpick"]
+
+log = logging.getLogger("dbscheduler.store")
+
+
+def pick_rows(
+    store: Store,
+    node_id: str,
+    limit: int,
+    lease: timedelta,
+    known: Collection[str],
+    exclude: Collection[int],
+) -> list[PickedRow]:
+    """Take up to ``limit`` due rows whose handler is among ``known``, except ``exclude``.
+
+    Every pick stamps a fresh claim value on the rows it takes. When the statement fails
+    (the connection dropped, the answer never came), the rows carrying that claim are read
+    back: a pick that committed although its answer was lost hands its rows over to be run,
+    instead of leaving them leased to this node until the lease runs out.
+    """
+    t = store.table
+    claim = uuid.uuid4().hex
+    try:
+        with store.autocommit() as conn:
+            name_filter = store._name_filter(conn, known)
+            where = t.c.paused == False  # noqa: E712
+            if name_filter is not None:
+                where = sa.and_(where, name_filter)
+            if exclude:
+                where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
+            rows = store.dialect.pick(
+                conn, t, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim,
+                candidates=due_candidates(store, known, limit, exclude),
+                next_due=next_due_of(store, known, later=True),
+            )
+            _faultpoints.reached("pick")
+    except sa.exc.DBAPIError as exc:
+        rows = _read_back(store, node_id, claim, exc)
+    strangers = [r for r in rows if r["handler"] not in known]
+    if not strangers:
+        return rows
+    # Only a read back by claim can bring rows of another handler (a filter cannot): give
+    # them back as they were.
+    with store.autocommit() as conn:
+        unpick(store, conn, node_id, strangers)
+    return [
+        {k: v for k, v in r.items() if k != "next_due"}  # it counted the strangers too
+        for r in rows
+        if r["handler"] in known
+    ]
+
+
+def _read_back(
+    store: Store, node_id: str, claim: str, error: sa.exc.DBAPIError
+) -> list[PickedRow]:
+    """The rows the failed pick ``claim`` took after all; re-raises ``error`` if none."""
+    try:
+        with store.read() as conn:
+            rows = store.dialect.claimed(conn, store.table, node_id=node_id, claim=claim)
+    except sa.exc.DBAPIError:
+        raise error from None
+    if not rows:
+        raise error
+    log.warning(
+        "pick: the database took %d row(s) but its answer was lost (%s); read back by their "
+        "claim, they run now", len(rows), error.orig,
+    )
+    return rows
+
+
+def unpick(store: Store, conn: Connection, node_id: str, rows: Sequence[PickedRow]) -> None:
+    """Undo a committed pick of rows this node cannot run (fenced by the pick's token)."""
+    t, b = store.table, sa.bindparam
+    conn.execute(
+        sa.update(t)
+        .where(t.c.id == b("u_id"), t.c.total_attempt == b("u_token"), t.c.locked_by == node_id)
+        .values(
+            locked_by=t.c.prev_locked_by,
+            next_process_at=t.c.prev_next_process_at,
+            last_started_at=t.c.prev_last_started_at,
+            attempt=t.c.attempt - 1,
+        ),
+        [{"u_id": r["id"], "u_token": r["total_attempt"]} for r in rows],
+    )

@@ -1,0 +1,101 @@
+"""Registration: insert each declared task unless present, and apply a changed schedule."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from .. import _faultpoints
+from .base import StoreBase
+
+__all__ = ["Registration", "register"]
+
+log = logging.getLogger("dbscheduler.store")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A task to insert if absent: its name, schedule text and first due time given db now."""
+
+    name: str
+    schedule: str
+    first_run: Callable[[datetime], datetime]
+
+
+def register(store: StoreBase, items: Sequence[Registration]) -> None:
+    """Insert each task unless present; apply a changed schedule at once.
+
+    A row that exists keeps its state; when its ``schedule`` text differs, its next time is
+    recomputed from the new schedule unless it is running, and the text updated.
+    """
+    store.retrying("registration", lambda: _register(store, items))
+
+
+def _register(store: StoreBase, items: Sequence[Registration]) -> None:
+    t, b = store.table, sa.bindparam
+    # One order on every node: racing registrations lock rows in the same sequence.
+    ordered = sorted(items, key=lambda i: i.name)
+    # Reads and Python work (first due times) first, outside the transaction: the writes
+    # below go to the server back to back, so the transaction never waits on this process.
+    with store.read() as conn:
+        now = store.now(conn)
+        present = {
+            r.queue_name: r.schedule
+            for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule))
+        }
+    first = {item.name: item.first_run(now) for item in ordered}
+    missing = [item for item in ordered if item.name not in present]
+    # Rows another node inserted meanwhile are checked too: the statement itself only
+    # touches rows whose schedule text differs.
+    check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
+    # Each statement below is idempotent on its own: autocommit where the insert needs no
+    # savepoint (MySQL has no server-side bound on an idle transaction).
+    writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
+    with writing as conn:
+        if missing:
+            store.dialect.insert_many_if_absent(conn, t, [
+                {
+                    "queue_name": item.name,
+                    "handler": item.name,
+                    "payload": None,
+                    "created_at": now,
+                    "next_process_at": first[item.name],
+                    "attempt": 0,
+                    "reenqueue_attempt": 0,
+                    "total_attempt": 0,
+                    "paused": False,
+                    "schedule": item.schedule,
+                    "stop_requested": False,
+                }
+                for item in missing
+            ])
+            _faultpoints.reached("register")
+        if check:
+            idle = t.c.locked_by.is_(None)
+            changed = conn.execute(
+                sa.update(t)
+                .where(
+                    t.c.queue_name == b("r_name", type_=t.c.queue_name.type),
+                    sa.or_(t.c.schedule.is_(None),
+                           t.c.schedule != b("r_schedule", type_=t.c.schedule.type)),
+                )
+                .values(
+                    schedule=b("r_schedule", type_=t.c.schedule.type),
+                    next_process_at=sa.case(
+                        (idle, b("r_first", type_=t.c.next_process_at.type)),
+                        else_=t.c.next_process_at,
+                    ),
+                    attempt=sa.case((idle, 0), else_=t.c.attempt),
+                ),
+                [{"r_name": i.name, "r_schedule": i.schedule, "r_first": first[i.name]}
+                 for i in check],
+            ).rowcount
+            if changed and changed > 0:
+                log.info("%d task(s) registered with a changed schedule: %s", changed,
+                         ", ".join(repr(i.name) for i in check if i.name in present))
+        if items:
+            store.notify(conn)

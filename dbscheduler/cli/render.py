@@ -1,0 +1,209 @@
+"""Rendering tasks for a terminal or a pipe (rich tables, relative times) and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..context import TaskInfo
+from .target import Target
+
+NON_TTY_WIDTH = 1000
+"""Line width limit when stdout is not a terminal and ``$COLUMNS`` is unset (rich would use
+80): piped output keeps one task per line, at its natural width, for grep and awk."""
+STATUS_STYLES = {"success": "green", "error": "red", "lost": "yellow", "cancelled": "magenta"}
+
+
+def make_console() -> Console:
+    """A console on stdout: colours only on a terminal, a wide table when piped."""
+    width = None
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        width = NON_TTY_WIDTH
+    return Console(file=sys.stdout, width=width, highlight=False, emoji=False, soft_wrap=False)
+
+
+def render(renderable: Any) -> None:
+    """Print a rich renderable on stdout; when piped, without trailing blanks on any line."""
+    console = make_console()
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def humanize(delta: timedelta) -> str:
+    """``"in 3m 10s"`` for a future offset, ``"5s ago"`` for a past one, ``"now"`` within 1 s.
+
+    >>> humanize(timedelta(seconds=190)), humanize(timedelta(seconds=-5))
+    ('in 3m 10s', '5s ago')
+    >>> humanize(timedelta(days=1, hours=2, minutes=3))
+    'in 1d 2h'
+    """
+    seconds = delta.total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    rest = int(abs(seconds))
+    days, rest = divmod(rest, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    units = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next(i for i, (value, _) in enumerate(units) if value)
+    text = " ".join(f"{value}{unit}" for value, unit in units[first : first + 2] if value)
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def fmt_time(value: datetime) -> str:
+    """``2026-03-29 02:30:00`` in UTC (whole seconds; ``--json`` keeps the microseconds)."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_when(value: datetime | None, now: datetime) -> str:
+    """Absolute UTC time and relative to the database clock, or ``-`` when unset."""
+    if value is None:
+        return "-"
+    return f"{fmt_time(value)} ({humanize(value - now)})"
+
+
+def _next_run(info: TaskInfo, now: datetime) -> Text:
+    if info.running:
+        return Text("after the current run", style="dim")
+    text = Text(fmt_when(info.next_process_at, now))
+    if info.paused:
+        text.stylize("dim")
+    return text
+
+
+def _last_run(info: TaskInfo, now: datetime) -> Text:
+    """The ``list`` column: the running execution, else how the last one ended and when."""
+    if info.running and info.last_started_at is not None:
+        return Text(f"running, started {humanize(info.last_started_at - now)}", style="cyan")
+    return _last_status(info, now)
+
+
+def _last_status(info: TaskInfo, now: datetime) -> Text:
+    if info.last_status is None:
+        return Text("never ran", style="dim")
+    text = Text(info.last_status, style=STATUS_STYLES.get(info.last_status, ""))
+    if info.last_finished_at is not None:
+        text.append(f" {humanize(info.last_finished_at - now)}")
+    return text
+
+
+def _last_error(info: TaskInfo, now: datetime) -> Text:
+    """``last_error``; marked as old when the last run did not fail (a success keeps it)."""
+    if not info.last_error:
+        return Text("-")
+    if info.last_status in ("error", "lost"):
+        return Text(info.last_error, style="red")
+    text = Text(info.last_error, style="dim")
+    ended = info.last_status or "later"
+    if info.last_finished_at is not None:
+        ended += f" at {fmt_when(info.last_finished_at, now)}"
+    text.append(f"  (from an earlier failure; the last run ended: {ended})", style="dim")
+    return text
+
+
+def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Table:
+    """The ``list`` table: one line per task."""
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        caption=f"{len(infos)} task(s) in {target.table}, database time {fmt_time(now)} UTC",
+        caption_justify="left",
+    )
+    table.add_column("name", style="bold", overflow="fold")
+    table.add_column("schedule", overflow="fold")
+    table.add_column("handler", overflow="fold")
+    table.add_column("next run (UTC)", no_wrap=True)
+    table.add_column("last run", no_wrap=True)
+    table.add_column("attempt", justify="right")
+    table.add_column("runs", justify="right")
+    table.add_column("paused")
+    table.add_column("running on", overflow="fold")
+    for info in infos:
+        table.add_row(
+            Text(info.name),
+            Text(info.schedule or "-"),
+            handler_text(info, now),
+            _next_run(info, now),
+            _last_run(info, now),
+            str(info.attempt),
+            str(info.total_attempt),
+            Text("yes", style="yellow") if info.paused else Text("no"),
+            Text(info.locked_by or "-"),
+        )
+    return table
+
+
+UNRUN_AFTER = timedelta(seconds=60)
+"""A row due longer ago than this that no node has picked is marked: no running node seems to
+have its handler (nodes keep no registry, so it is read from the row itself)."""
+
+
+def handler_text(info: TaskInfo, now: datetime) -> Text:
+    """The handler's name, marked when no running node seems to have it."""
+    text = Text(info.handler or "-")
+    if (info.locked_by is None and not info.paused
+            and now - info.next_process_at > UNRUN_AFTER
+            and (info.last_started_at is None or info.last_started_at < info.next_process_at)):
+        text.append(" (unknown: no node ran it)", style="red")
+    return text
+
+
+def task_details(info: TaskInfo, now: datetime) -> Table:
+    """The ``show`` view: every field of :class:`TaskInfo`, one per line."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+
+    def when(value: datetime | None) -> Text:
+        return Text(fmt_when(value, now))
+
+    if info.running:
+        status = Text(f"running on {info.locked_by}", style="cyan")
+        if info.stop_requested:
+            status.append(" (cancel requested)", style="magenta")
+        next_label = "lease expires"
+    else:
+        status = Text("idle")
+        next_label = "next run"
+    rows: list[tuple[str, Text]] = [
+        ("name", Text(info.name)),
+        ("schedule", Text(info.schedule or "-")),
+        ("handler", handler_text(info, now)),
+        ("data", Text("-" if info.data is None else json.dumps(info.data))),
+        ("status", status),
+        (next_label, when(info.next_process_at)),
+        ("paused", Text("yes" if info.paused else "no", style="yellow" if info.paused else "")),
+        ("last status", _last_status(info, now)),
+        ("last error", _last_error(info, now)),
+        ("last started", when(info.last_started_at)),
+        ("last finished", when(info.last_finished_at)),
+        ("heartbeat", when(info.heartbeat_at)),
+        ("attempt", Text(f"{info.attempt} (attempts of the current occurrence)")),
+        ("runs", Text(f"{info.total_attempt} started, {info.reenqueue_attempt} succeeded")),
+        ("state", Text("-" if info.state is None else json.dumps(info.state))),
+        ("created", when(info.created_at)),
+        ("locked by", Text(info.locked_by or "-")),
+        ("id", Text(str(info.id))),
+    ]
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout (timestamps already ISO 8601 UTC)."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))

@@ -1,0 +1,344 @@
+"""The :class:`Client`: every operation on the tasks table, for any process.
+
+A web app, a deploy script or the command line operates tasks without running any: it needs a
+URL (or an engine) and the table's name, not a :class:`~dbscheduler.Scheduler`. Each operation
+is one autocommit write on the database's clock (a read follows only to explain a refusal).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from . import _faultpoints
+from ._store import StoreBase, decode_state, decode_state_safe, validate_name, write_runtime
+from .context import TaskInfo
+from .dialects import create_engine, db_now, db_now_plus, prepare_engine
+from .errors import TaskNotFound, TaskRunning
+from .runtime import once_at, runtime_row
+from .schedules import Schedule
+from .table import DEFAULT_TABLE
+
+__all__ = ["Client", "TaskCounts", "task_info"]
+
+log = logging.getLogger("dbscheduler.client")
+
+_CLIENT_LEASE = timedelta(seconds=30)
+"""Connection timeouts of a client's own engine are sized as for a node with this lease."""
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """How many tasks of the table are in each state, from :meth:`Client.counts`.
+
+    ``running + paused + overdue + idle == total``: a paused task that still runs counts as
+    running, an overdue one is unpaused, not running and late by more than ``overdue_after``.
+    """
+
+    total: int
+    running: int
+    paused: int
+    overdue: int
+    idle: int
+
+
+class Client:
+    """Operations on the tasks of one table: trigger, reschedule, pause, resume, cancel,
+    delete, info, tasks.
+
+    ::
+
+        from dbscheduler import Client
+
+        with Client("postgresql+psycopg://app@db/app") as client:
+            client.trigger("nightly-report")
+            for info in client.tasks():
+                print(info.name, info.next_process_at, info.last_status)
+
+    Args:
+        url: SQLAlchemy URL of the database; the embedded SQLite default when neither ``url``
+            nor ``engine`` is given.
+        engine: an existing SQLAlchemy engine instead of a URL (not disposed by :meth:`close`).
+        table: the table's name, a plain identifier with an optional ``schema.`` prefix.
+
+    Unknown names raise :class:`~dbscheduler.TaskNotFound`; a missing table raises
+    :class:`~dbscheduler.SchemaMissing`. The client never creates the table.
+    """
+
+    def __init__(
+        self, url: str | None = None, *, engine: Engine | None = None, table: str = DEFAULT_TABLE
+    ) -> None:
+        if url is not None and engine is not None:
+            raise ValueError("pass either url or engine, not both")
+        if engine is not None and not isinstance(engine, Engine):
+            raise ValueError(f"engine must be a SQLAlchemy Engine, got {type(engine).__name__}")
+        self._owns_engine = engine is None
+        if engine is None:
+            engine = create_engine(url, lease=_CLIENT_LEASE)
+        else:
+            prepare_engine(engine)
+        self.engine = engine
+        self.table = table
+        self._store = StoreBase(engine, table)
+
+    def __repr__(self) -> str:
+        return f"<Client {self._store.safe_url()} table={self.table}>"
+
+    def close(self) -> None:
+        """Dispose of the engine the client created (a given engine is left alone)."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------
+    def db_now(self) -> datetime:
+        """The database's current time, aware UTC (the clock every node schedules by)."""
+        return self._store.db_now()
+
+    def info(self, name: str) -> TaskInfo:
+        """The :class:`TaskInfo` of ``name``.
+
+        >>> client.info("nightly-report").next_process_at     # doctest: +SKIP
+        datetime.datetime(2026, 11, 24, 2, 0, tzinfo=datetime.timezone.utc)
+        """
+        with self._store.read() as conn:
+            return task_info(self._row(conn, name))
+
+    def tasks(self) -> list[TaskInfo]:
+        """A :class:`TaskInfo` for every row in the table, ordered by name."""
+        t = self._store.table
+        with self._store.read() as conn:
+            rows = conn.execute(sa.select(t).order_by(t.c.queue_name))
+            return [task_info(dict(r._mapping)) for r in rows]
+
+    def counts(self, overdue_after: timedelta = timedelta(seconds=60)) -> TaskCounts:
+        """Tasks by state, in one aggregate query on the database clock (cheap with 10,000
+        rows: nothing but five numbers comes back).
+
+        >>> client.counts().overdue                               # doctest: +SKIP
+        0
+        """
+        if not isinstance(overdue_after, timedelta) or overdue_after < timedelta(0):
+            raise ValueError(f"overdue_after must be a timedelta >= 0, got {overdue_after!r}")
+        t = self._store.table
+        running = t.c.locked_by.is_not(None)
+        idle = t.c.locked_by.is_(None)
+        # Flags are compared with bound 0/1, never a boolean literal (SQL Server, old Oracle).
+        paused = t.c.paused == sa.bindparam("paused_yes", True, type_=sa.Boolean())
+        unpaused = t.c.paused == sa.bindparam("paused_no", False, type_=sa.Boolean())
+        late = t.c.next_process_at < db_now_plus(
+            sa.bindparam("overdue_s", -overdue_after.total_seconds(), type_=sa.Float()))
+
+        # Constants in the text, not parameters: SQL Server types a CASE of parameters badly.
+        one: sa.ColumnElement[int] = sa.literal_column("1", sa.Integer())
+        zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
+
+        def count(*where: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
+            return sa.func.coalesce(sa.func.sum(sa.case((sa.and_(*where), one), else_=zero)), zero)
+
+        stmt = sa.select(
+            sa.func.count(), count(running), count(idle, paused), count(idle, unpaused, late)
+        ).select_from(t)
+        with self._store.read() as conn:
+            row = conn.execute(stmt).one()
+        total, run, pause, overdue = (int(v) for v in row)
+        return TaskCounts(total, run, pause, overdue, total - run - pause - overdue)
+
+    # -- writes --------------------------------------------------------------------------
+    def trigger(self, name: str) -> None:
+        """Make ``name`` due now; nodes listening on PostgreSQL wake at once.
+
+        Raises :class:`~dbscheduler.TaskRunning` while it runs (its next time is then its
+        lease; ``cancel`` first if needed).
+        """
+        self._update_idle(name, "trigger it", next_process_at=db_now(), attempt=0)
+
+    def reschedule(self, name: str, at: datetime) -> None:
+        """Set the next due time of ``name`` to the aware datetime ``at``.
+
+        >>> client.reschedule("report", datetime(2030, 1, 1, tzinfo=timezone.utc))  # doctest: +SKIP
+        """
+        if not isinstance(at, datetime):
+            raise ValueError(f"reschedule {name!r}: at must be a datetime, got {at!r}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise ValueError(
+                f"reschedule {name!r}: at={at.isoformat()} is naive; pass an aware datetime "
+                "(e.g. with tzinfo=timezone.utc)"
+            )
+        self._update_idle(name, "reschedule it", next_process_at=at, attempt=0)
+
+    def pause(self, name: str) -> None:
+        """Never pick ``name`` again, on any node, until :meth:`resume`. A running execution
+        goes on."""
+        self._set_paused(name, True)
+
+    def resume(self, name: str) -> None:
+        """Undo :meth:`pause`; the task runs at its stored next time (at once if past)."""
+        self._set_paused(name, False)
+
+    def cancel(self, name: str) -> bool:
+        """Ask the running execution of ``name`` to stop (``ctx.stop_requested``, seen within
+        one heartbeat on its node). Returns False, changing nothing, if it is not running."""
+        self._known_shape(name)
+        t = self._store.table
+        with self._store.autocommit() as conn:
+            done = conn.execute(
+                sa.update(t)
+                .where(t.c.queue_name == name, t.c.locked_by.is_not(None))
+                .values(stop_requested=True)
+            ).rowcount
+            _faultpoints.reached("operation")
+            if not done:
+                self._row(conn, name)  # raises TaskNotFound
+        return bool(done)
+
+    def delete(self, name: str, force: bool = False) -> None:
+        """Delete the row of ``name``; refused while it runs unless ``force=True``.
+
+        A task still declared in a node's code is inserted again when that node starts.
+        """
+        self._known_shape(name)
+        t = self._store.table
+        with self._store.autocommit() as conn:
+            where = [t.c.queue_name == name]
+            if not force:
+                where.append(t.c.locked_by.is_(None))
+            deleted = conn.execute(sa.delete(t).where(*where)).rowcount
+            _faultpoints.reached("operation")
+            if not deleted:
+                row = self._row(conn, name)
+                raise TaskRunning(
+                    name, row["locked_by"],
+                    "refusing to delete it; pass force=True to delete anyway",
+                )
+
+    # -- runtime tasks -------------------------------------------------------------------
+    def schedule(self, name: str, handler: str, schedule: Schedule, *, data: Any = None,
+                 **options: Any) -> None:
+        """Create or update the runtime task ``name``, run by any node that has ``handler``.
+
+        An existing row keeps its counters; its handler, schedule, data and options are
+        replaced and its next time recomputed unless it runs. ``data`` (JSON) reaches the
+        handler as ``ctx.data``. A ``Dynamic`` schedule, a bad name, data that is not JSON:
+        ``ValueError`` naming the field, nothing written. A handler that no node has yet is
+        allowed (``dbscheduler list`` marks it).
+
+        >>> client.schedule("r-42", "mail", Cron("0 8 * * *"), data={"n": 4})  # doctest: +SKIP
+        """
+        write_runtime(self._store, runtime_row(name, handler, schedule, data, options))
+
+    def schedule_once(self, name: str, handler: str, at: datetime, *, data: Any = None,
+                      **options: Any) -> None:
+        """A one-off job: ``handler`` runs once at the aware datetime ``at`` (at once if
+        past), retried by the handler's failure settings; the row is deleted when it
+        succeeds or gives up."""
+        self.schedule(name, handler, once_at(name, at), data=data, **options)
+
+    def unschedule(self, name: str) -> bool:
+        """Delete the row ``name`` (a running execution finishes; its fenced finish then
+        changes nothing). Returns False when there was no such row."""
+        try:
+            self.delete(name, force=True)
+        except TaskNotFound:
+            return False
+        return True
+
+    # -- helpers -------------------------------------------------------------------------
+    def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:
+        self._known_shape(name)
+        t = self._store.table
+        row = conn.execute(sa.select(t).where(t.c.queue_name == name)).first()
+        if row is None:
+            raise TaskNotFound(name, self.table)
+        return dict(row._mapping)
+
+    def _known_shape(self, name: str) -> None:
+        """A name that no task can have is not found (MySQL would match "a " to "a")."""
+        try:
+            validate_name(name)
+        except ValueError:
+            raise TaskNotFound(str(name), self.table) from None
+
+    def _update_idle(self, name: str, what: str, **values: Any) -> None:
+        """Update a task that must not be running (its next time is its lease while it runs)."""
+        self._known_shape(name)
+        t = self._store.table
+        with self._store.autocommit() as conn:
+            done = conn.execute(
+                sa.update(t)
+                .where(t.c.queue_name == name, t.c.locked_by.is_(None))
+                .values(**values)
+            ).rowcount
+            _faultpoints.reached("operation")
+            if not done:
+                row = self._row(conn, name)
+                raise TaskRunning(
+                    name, row["locked_by"], f"cannot {what} while it runs; try after it finishes"
+                )
+            self._store.notify(conn, name)
+
+    def _set_paused(self, name: str, paused: bool) -> None:
+        self._known_shape(name)
+        t = self._store.table
+        with self._store.autocommit() as conn:
+            changed = conn.execute(
+                sa.update(t).where(t.c.queue_name == name).values(paused=paused)
+            ).rowcount
+            _faultpoints.reached("operation")
+            if not changed:
+                raise TaskNotFound(name, self.table)
+            if not paused:
+                self._store.notify(conn, name)
+
+
+def task_info(row: Mapping[str, Any]) -> TaskInfo:
+    """A table row (its columns by name) as a :class:`TaskInfo`; the one place that maps a
+    row to one. Never raises on a stored state that is not JSON: ``state_error`` says why and
+    ``raw_state`` keeps the text."""
+    payload = row["payload"]
+    state: Any = None
+    state_error: str | None = None
+    try:
+        state = decode_state(payload)
+    except Exception as exc:  # not JSON, or nested too deep (RecursionError)
+        state_error = f"{type(exc).__name__}: {exc}"[:500]
+    return TaskInfo(
+        id=int(row["id"]),
+        name=row["queue_name"],
+        state=state,
+        state_error=state_error,
+        raw_state=payload if state_error is not None else None,
+        created_at=row["created_at"],
+        next_process_at=row["next_process_at"],
+        attempt=int(row["attempt"]),
+        reenqueue_attempt=int(row["reenqueue_attempt"]),
+        total_attempt=int(row["total_attempt"]),
+        paused=bool(row["paused"]),
+        locked_by=row["locked_by"],
+        heartbeat_at=row["heartbeat_at"],
+        last_started_at=row["last_started_at"],
+        last_finished_at=row["last_finished_at"],
+        last_status=row["last_status"],
+        last_error=row["last_error"],
+        schedule=row["schedule"],
+        stop_requested=bool(row["stop_requested"]),
+        handler=row.get("handler"),
+        data=decode_state_safe(row.get("data"))[0],
+    )

@@ -1,0 +1,252 @@
+"""Prometheus metrics: a listener that counts executions, and a scrape endpoint.
+
+Needs the ``prometheus`` extra (``pip install "dbscheduler[prometheus]"``)::
+
+    from dbscheduler.metrics import PrometheusMetrics, serve
+
+    metrics = PrometheusMetrics(client=scheduler.client)   # client: the cluster-wide gauges
+    scheduler.add_listener(metrics)
+    server = serve(9100)                                   # http://host:9100/metrics
+    ...
+    server.stop()
+
+Per node (what this node did): ``dbscheduler_executions_total{task,status}``,
+``dbscheduler_execution_seconds{task}``, ``dbscheduler_start_lag_seconds`` (picked minus due),
+``dbscheduler_running``, ``dbscheduler_lease_lost_total``,
+``dbscheduler_lost_executions_total``, ``dbscheduler_poll_errors_total``,
+``dbscheduler_heartbeat_errors_total``, ``dbscheduler_picks_total``,
+``dbscheduler_picked_rows_total`` and ``dbscheduler_empty_picks_total`` (a due row was taken
+by another node first: contention).
+
+Cluster-wide (from the table, when a :class:`~dbscheduler.Client` is given; one aggregate query
+at most every ``refresh``, however often Prometheus scrapes): ``dbscheduler_overdue_tasks`` and
+``dbscheduler_tasks{state}`` with ``state`` one of running, paused, overdue, idle. Every node
+reports the same cluster values: aggregate them with ``max``, not ``sum``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from .client import Client, TaskCounts
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+from .context import TaskContext, TaskInfo
+from .listeners import Listener, Outcome
+
+__all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "MetricsServer", "PrometheusMetrics", "expose",
+           "serve"]
+
+log = logging.getLogger("dbscheduler.metrics")
+
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+               30.0, 60.0, 120.0, 300.0, 600.0)
+"""Start lag, 1 ms to 10 min: on time is milliseconds; a busy or missing node is minutes."""
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Execution time, 5 ms to an hour."""
+
+_ON_GLOBAL_REGISTRY: weakref.WeakSet[PrometheusMetrics] = weakref.WeakSet()
+"""Instances registered on prometheus_client's global registry (at most one can be)."""
+
+
+class PrometheusMetrics(Listener):
+    """A :class:`~dbscheduler.Listener` that keeps Prometheus metrics of this node.
+
+    Args:
+        registry: where the metrics are registered; the default is prometheus_client's global
+            registry (what :func:`serve` exposes by default). Two instances need two registries.
+        per_task: label executions by task. With thousands of tasks, ``False`` keeps the
+            number of series bounded (``{status}`` only).
+        client: a :class:`~dbscheduler.Client` on the scheduler's table (``scheduler.client``)
+            for the cluster-wide gauges; without one they are not exported.
+        overdue_after: how late an unpaused, idle task must be to count as overdue.
+        refresh: the cluster-wide gauges are recomputed at most this often.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        per_task: bool = True,
+        *,
+        client: Client | None = None,
+        overdue_after: timedelta = timedelta(seconds=60),
+        refresh: timedelta = timedelta(seconds=15),
+    ) -> None:
+        self.registry = REGISTRY if registry is None else registry
+        if self.registry is REGISTRY:
+            _ON_GLOBAL_REGISTRY.add(self)
+        self.per_task = per_task
+        task = ("task",) if per_task else ()
+        r = self.registry
+        self.executions = Counter("dbscheduler_executions", "Executions ended on this node",
+                                  (*task, "status"), registry=r)
+        self.execution_seconds = Histogram(
+            "dbscheduler_execution_seconds", "Time from pick to the function's end", task,
+            buckets=DURATION_BUCKETS, registry=r)
+        self.start_lag = Histogram(
+            "dbscheduler_start_lag_seconds", "Start time minus due time, on the database clock",
+            buckets=LAG_BUCKETS, registry=r)
+        self.running = Gauge("dbscheduler_running", "Executions running on this node",
+                             registry=r)
+        self.lease_lost = Counter("dbscheduler_lease_lost", "Leases this node lost", registry=r)
+        self.lost_executions = Counter(
+            "dbscheduler_lost_executions",
+            "Executions of vanished nodes found by this node", registry=r)
+        self.poll_errors = Counter("dbscheduler_poll_errors", "Failed polls", registry=r)
+        self.heartbeat_errors = Counter("dbscheduler_heartbeat_errors", "Failed heartbeats",
+                                        registry=r)
+        self.picks = Counter("dbscheduler_picks", "Picks made because a row was due",
+                             registry=r)
+        self.picked_rows = Counter("dbscheduler_picked_rows", "Rows picked", registry=r)
+        self.empty_picks = Counter(
+            "dbscheduler_empty_picks", "Picks that got no row although one was due (contention)",
+            registry=r)
+        self._started: set[tuple[str, int]] = set()
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._lock = threading.Lock()
+        self._cluster: ClusterGauges | None = None
+        if client is not None:
+            self._cluster = ClusterGauges(client, overdue_after, refresh)
+            r.register(self._cluster)
+
+    # -- listener hooks ------------------------------------------------------------------
+    def on_started(self, ctx: TaskContext) -> None:
+        with self._lock:
+            self._started.add((ctx.name, ctx.total_attempt))
+        self.running.inc()
+        lag = (ctx.started_at - ctx.scheduled_at).total_seconds()
+        self.start_lag.observe(max(0.0, lag))
+
+    def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
+        with self._lock:
+            started = (ctx.name, ctx.total_attempt) in self._started
+            self._started.discard((ctx.name, ctx.total_attempt))
+        if started:  # an execution refused before its start never counted as running
+            self.running.dec()
+        task = ctx.name if self.per_task else ""
+        # labels() validates and locks on every call: keep the children it returns.
+        counter = self._counters.get((task, outcome.status))
+        if counter is None:
+            labels = (task, outcome.status) if self.per_task else (outcome.status,)
+            counter = self._counters[(task, outcome.status)] = self.executions.labels(*labels)
+        counter.inc()
+        histogram = self._histograms.get(task)
+        if histogram is None:
+            histogram = self._histograms[task] = (
+                self.execution_seconds.labels(task) if self.per_task else self.execution_seconds)
+        histogram.observe(outcome.duration.total_seconds())
+
+    def on_lease_lost(self, ctx: TaskContext) -> None:
+        self.lease_lost.inc()
+
+    def on_lost_execution(self, info: TaskInfo) -> None:
+        self.lost_executions.inc()
+
+    def on_poll_error(self, exc: BaseException) -> None:
+        self.poll_errors.inc()
+
+    def on_heartbeat_error(self, exc: BaseException) -> None:
+        self.heartbeat_errors.inc()
+
+    def on_pick(self, asked: int, got: int) -> None:
+        self.picks.inc()
+        self.picked_rows.inc(got)
+        if got == 0:
+            self.empty_picks.inc()
+
+
+class ClusterGauges(Collector):
+    """``dbscheduler_overdue_tasks`` and ``dbscheduler_tasks{state}`` from one aggregate
+    query, cached for ``refresh`` so that scrapes never load the database."""
+
+    def __init__(self, client: Client, overdue_after: timedelta, refresh: timedelta) -> None:
+        self._client = client
+        self._overdue_after = overdue_after
+        self._refresh = refresh.total_seconds()
+        self._lock = threading.Lock()
+        self._counts: TaskCounts | None = None
+        self._checked = float("-inf")
+
+    def describe(self) -> Iterable[Metric]:
+        # Lets the registry learn the names without a query at registration.
+        return self._families(TaskCounts(0, 0, 0, 0, 0))
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self.counts()
+        return [] if counts is None else self._families(counts)
+
+    def counts(self) -> TaskCounts | None:
+        """The cached counts, refreshed when older than ``refresh``; ``None`` while the
+        database cannot be read (a stale number would look like a healthy cluster)."""
+        with self._lock:
+            if time.monotonic() - self._checked >= self._refresh:
+                # Failures are cached too: a scrape storm against a sick database stays cheap.
+                self._checked = time.monotonic()
+                try:
+                    self._counts = self._client.counts(self._overdue_after)
+                except Exception as exc:
+                    log.warning("could not count the tasks for the cluster gauges: %s", exc)
+                    self._counts = None
+            return self._counts
+
+    @staticmethod
+    def _families(counts: TaskCounts) -> list[Metric]:
+        overdue = GaugeMetricFamily(
+            "dbscheduler_overdue_tasks",
+            "Unpaused, idle tasks due longer ago than overdue_after (cluster-wide)",
+            value=counts.overdue)
+        tasks = GaugeMetricFamily("dbscheduler_tasks", "Tasks by state (cluster-wide)",
+                                  labels=["state"])
+        for state in ("running", "paused", "overdue", "idle"):
+            tasks.add_metric([state], getattr(counts, state))
+        return [overdue, tasks]
+
+
+@dataclass
+class MetricsServer:
+    """The running scrape endpoint returned by :func:`serve`."""
+
+    port: int
+    """The port it listens on (the actual one when 0 was asked)."""
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve(port: int, registry: CollectorRegistry | None = None,
+          addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve ``/metrics`` of ``registry`` (default: the global one) on ``port`` in a daemon
+    thread; ``port=0`` picks a free port (see :attr:`MetricsServer.port`)."""
+    server, thread = start_http_server(port, addr, REGISTRY if registry is None else registry)
+    return MetricsServer(int(server.server_port), server, thread)
+
+
+def expose(scheduler: Scheduler, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve the global registry on ``port``, first adding a :class:`PrometheusMetrics`
+    (with the cluster-wide gauges of the scheduler's table) to ``scheduler`` unless one
+    already reports there — what ``dbscheduler run --metrics-port`` does."""
+    if not _ON_GLOBAL_REGISTRY:  # asking the registry would run the cluster-wide query
+        scheduler.add_listener(PrometheusMetrics(client=scheduler.client))
+    return serve(port, addr=addr)

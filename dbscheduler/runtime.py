@@ -1,0 +1,158 @@
+"""Work created at run time: handlers, runtime tasks and one-off jobs.
+
+A *handler* is a function registered under a name (``@scheduler.handler("send-report")``)
+without a row. A *runtime task* is a row created from any process (``Client.schedule``,
+``schedule_once``, the command line) naming the handler that runs it, its schedule as text
+(:func:`dbscheduler.schedules.parse` reads it back), its ``data`` (JSON, ``ctx.data``) and its
+options. A task declared with ``@scheduler.task(name, …)`` is a handler named ``name`` plus a
+row named ``name`` whose handler is ``name``.
+
+A node picks only rows whose handler it has; a row whose handler no node has stays where it
+is and ``dbscheduler list`` marks it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from ._execution import TaskDef, TaskFunction
+from ._store import RuntimeRow, validate_name
+from ._store.state import encode_state
+from .failures import FailureSettings, NoRetry
+from .schedules import Dynamic, Once, Schedule, parse
+from .schedules.once import NEVER
+from .table import MAX_OPTIONS_LENGTH, MAX_SCHEDULE_LENGTH
+
+__all__ = ["Handlers", "finished_for_good", "runtime_row"]
+
+log = logging.getLogger("dbscheduler.runtime")
+
+KNOWN_OPTIONS: frozenset[str] = frozenset()
+"""Execution options a runtime task may carry; none yet (they are stored as a JSON object so
+later ones need no table change)."""
+
+
+def runtime_row(
+    name: str,
+    handler: str,
+    schedule: Schedule,
+    data: Any,
+    options: Mapping[str, Any],
+) -> RuntimeRow:
+    """Check everything ``schedule``/``schedule_once`` were given and build the row to write.
+
+    Raises ``ValueError`` naming the field; nothing is written before this passes.
+    """
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise ValueError(f"name: {exc}") from None
+    try:
+        validate_name(handler)
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: handler: {str(exc).replace('task name', 'name')}"
+                         ) from None
+    if isinstance(schedule, Dynamic):
+        raise ValueError(
+            f"task {name!r}: schedule: a Dynamic schedule is code and cannot be stored for a "
+            "runtime task; use Cron, FixedRate, FixedDelay or Once (or declare the task "
+            "with @scheduler.task)"
+        )
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"task {name!r}: schedule must be a Schedule, got {schedule!r}")
+    text = schedule.describe()
+    if len(text) > MAX_SCHEDULE_LENGTH:
+        raise ValueError(f"task {name!r}: schedule: description longer than "
+                         f"{MAX_SCHEDULE_LENGTH} characters")
+    try:
+        if parse(text) != schedule:
+            raise ValueError("its text does not read back to an equal schedule")
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: schedule {text!r} cannot be stored: {exc}") from None
+    try:
+        stored_data = encode_state(data)
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: data: {str(exc).replace('state', 'data')}") from None
+    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    if unknown:
+        raise ValueError(f"task {name!r}: options: unknown option(s) {', '.join(unknown)}")
+    stored_options = json.dumps(dict(options), sort_keys=True) if options else None
+    if stored_options is not None and len(stored_options) > MAX_OPTIONS_LENGTH:
+        raise ValueError(f"task {name!r}: options: longer than {MAX_OPTIONS_LENGTH} characters")
+    return RuntimeRow(name, handler, text, schedule.first_run, stored_data, stored_options)
+
+
+def once_at(name: str, at: object) -> Once:
+    """``Once(at)``, with the error naming the task and the field ``at``."""
+    try:
+        return Once(at)  # type: ignore[arg-type]  # checked by Once itself
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: at: {exc}") from None
+
+
+def finished_for_good(task: TaskDef, next_at: datetime) -> bool:
+    """Whether a finish planned for ``next_at`` ends a one-off job (its row is deleted):
+    succeeded, or its retries are exhausted, so no next time is left."""
+    return isinstance(task.schedule, Once) and next_at >= NEVER
+
+
+class Handlers(Mapping[str, TaskDef]):
+    """The handlers a node has, by name: each declared task (its handler is its own name) and
+    each ``@scheduler.handler``. Its keys are what the node's pick filters by."""
+
+    def __init__(self, tasks: Mapping[str, TaskDef]) -> None:
+        self.tasks = tasks
+        """The declared tasks, by name (they have rows to register)."""
+        self._handlers: dict[str, TaskDef] = {}
+        self._built: dict[tuple[str, str, str | None], TaskDef] = {}
+
+    def add(self, name: str, fn: TaskFunction, on_failure: FailureSettings | None) -> None:
+        """Register ``fn`` as the handler ``name`` (no row)."""
+        try:
+            validate_name(name)
+        except ValueError as exc:
+            raise ValueError(f"handler {str(name)[:60]!r}: {exc}") from None
+        if not callable(fn):
+            raise ValueError(f"handler {name!r}: the function is not callable: {fn!r}")
+        if on_failure is not None and not isinstance(on_failure, FailureSettings):
+            raise ValueError(f"handler {name!r}: on_failure must be a FailureSettings, got "
+                             f"{on_failure!r}")
+        if name in self._handlers or name in self.tasks:
+            raise ValueError(f"handler {name!r} is already registered on this scheduler")
+        # The template's schedule is never used: a row's own schedule text replaces it.
+        self._handlers[name] = TaskDef.build(name, fn, Once(NEVER), on_failure or NoRetry())
+
+    def __getitem__(self, name: str) -> TaskDef:
+        found = self._handlers.get(name)
+        return found if found is not None else self.tasks[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._handlers
+        yield from (n for n in self.tasks if n not in self._handlers)
+
+    def __len__(self) -> int:
+        return len(set(self._handlers) | set(self.tasks))
+
+    def for_row(self, row: Mapping[str, Any]) -> TaskDef:
+        """What runs a picked row: the declared task of that name when the row is its own,
+        else the row's handler with the row's stored schedule. Raises ``KeyError`` for a
+        handler this node does not have and ``ValueError`` for unreadable schedule text."""
+        name, handler, text = row["queue_name"], row["handler"], row["schedule"]
+        declared = self.tasks.get(name)
+        if declared is not None and handler == name and name not in self._handlers:
+            return declared
+        key = (name, handler, text)
+        built = self._built.get(key)
+        if built is None:
+            template = self[handler]
+            schedule = parse(text) if text is not None else template.schedule
+            built = TaskDef(name, template.fn, schedule, template.on_failure,
+                            template.takes_context, template.is_coroutine)
+            if len(self._built) > 10_000:  # rows come and go (one-off jobs): stay bounded
+                self._built.clear()
+            self._built[key] = built
+        return built

@@ -1,0 +1,369 @@
+"""The JSON API under ``/api``: the same shapes as the command line's ``--json``.
+
+Every route is a plain ``def``: the operations are short blocking database calls, which the
+framework runs in its thread pool. Errors are raised as library exceptions and turned into
+``{"error": code, "message": text}`` by the app's handlers (see :mod:`dbscheduler.web.app`).
+A new route goes here, with its response model, so that the OpenAPI document stays complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..client import Client
+from ..errors import SchedulerError, TaskNotFound, TaskRunning
+from .views import STATES, count_states, filter_tasks, paginate, upcoming
+
+__all__ = ["ERROR_RESPONSES", "ApiError", "router"]
+
+logger = logging.getLogger("dbscheduler.web")
+
+
+class ApiError(BaseModel):
+    """Every error the API answers: a stable code and a sentence for people."""
+
+    error: str = Field(examples=["not_found"])
+    message: str = Field(examples=["no task named 'x' in table 'scheduled_tasks'"])
+
+
+class Task(BaseModel):
+    """A task's row, as ``dbscheduler show --json`` prints it (timestamps ISO 8601 UTC)."""
+
+    id: int
+    name: str
+    state: Any = Field(description="the task's persisted state (decoded JSON), or null")
+    created_at: datetime
+    next_process_at: datetime = Field(description="next due time; while it runs, its lease")
+    attempt: int
+    reenqueue_attempt: int
+    total_attempt: int
+    paused: bool
+    locked_by: str | None
+    heartbeat_at: datetime | None
+    last_started_at: datetime | None
+    last_finished_at: datetime | None
+    last_status: str | None
+    last_error: str | None
+    schedule: str | None
+    stop_requested: bool
+    state_error: str | None = Field(
+        default=None, description="why the stored state cannot be decoded, if it cannot")
+    raw_state: str | None = Field(
+        default=None, description="the stored state's text, when it cannot be decoded")
+    handler: str | None = Field(
+        default=None, description="the handler that runs the row (a declared task's own name)")
+    data: Any = Field(default=None, description="the row's data (decoded JSON), or null")
+    running: bool
+
+
+class TaskList(BaseModel):
+    """One page of the filtered tasks, the total for pagination, and counts by state."""
+
+    tasks: list[Task]
+    total: int = Field(description="tasks matching state and q, over all pages")
+    limit: int
+    offset: int
+    counts: dict[str, int] = Field(description="tasks in each state (all, running, paused, …)")
+    db_now: datetime = Field(description="the database clock the states were computed on")
+
+
+class UpcomingTimes(BaseModel):
+    """The next fire times of a task and what they assume."""
+
+    name: str
+    schedule: str | None
+    times: list[datetime]
+    note: str | None
+
+
+class Cancelled(BaseModel):
+    """Whether a running execution was asked to stop (false: it was not running)."""
+
+    cancelled: bool
+    task: Task
+
+
+class Deleted(BaseModel):
+    """The name of the deleted task."""
+
+    deleted: str
+
+
+class BulkFailure(BaseModel):
+    """A task a bulk operation could not change, and why."""
+
+    name: str
+    error: str
+    message: str
+
+
+class BulkResult(BaseModel):
+    """The tasks a bulk operation changed, and those it could not."""
+
+    done: list[str]
+    failed: list[BulkFailure]
+
+
+class Health(BaseModel):
+    """Whether the dashboard reaches the database and its table."""
+
+    ok: bool
+    db_now: datetime | None
+    tasks: int | None
+    reason: str | None
+
+
+class RescheduleBody(BaseModel):
+    """The new due time, ISO 8601 with an offset (``2026-03-29T03:00:00Z``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: AwareDatetime
+
+
+class BulkBody(BaseModel):
+    """Which tasks: ``names``, or a filter (``state`` and/or ``q``) as in the listing."""
+
+    model_config = ConfigDict(extra="forbid")
+    names: list[str] | None = Field(default=None, max_length=10_000)
+    state: Literal["running", "paused", "failing", "overdue", "idle"] | None = None
+    q: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> BulkBody:
+        if self.names is None and self.state is None and self.q is None:
+            raise ValueError("give names, or a state and/or q filter")
+        if self.names is not None and (self.state is not None or self.q is not None):
+            raise ValueError("give names or a filter (state, q), not both")
+        return self
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ApiError, "description": text}
+    for code, text in (
+        (401, "not authenticated"),
+        (403, "read-only, or a cross-site request"),
+        (422, "invalid input"),
+        (500, "unexpected error (logged on the server)"),
+        (503, "the database or its table is unavailable"),
+    )
+}
+_TASK_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    404: {"model": ApiError, "description": "no such task"},
+    405: {"model": ApiError, "description": "the path names a task, not an action on one"},
+}
+_RUNNING_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_TASK_ERRORS,
+    409: {"model": ApiError, "description": "the task is running"},
+}
+
+router = APIRouter(prefix="/api", tags=["tasks"], responses=ERROR_RESPONSES)
+
+StateParam = Annotated[
+    Literal["running", "paused", "failing", "overdue", "idle"] | None,
+    Query(description=f"one of {', '.join(STATES)}"),
+]
+
+
+def client_of(request: Request) -> Client:
+    """The dashboard's :class:`Client` (set by ``create_app``)."""
+    client: Client = request.app.state.dashboard.client
+    return client
+
+
+def _suffix_was_encoded(request: Request, suffix: str) -> bool:
+    """True when the path ends with a name's percent-encoded ``%2F<suffix>``, not with the
+    route's own ``/<suffix>``: the task ``a/upcoming`` sent as ``a%2Fupcoming``."""
+    raw = request.scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return False
+    return not raw.split(b"?", 1)[0].endswith(b"/" + suffix.encode())
+
+
+def _action_path(request: Request, action: str) -> None:
+    """A POST to ``a%2Fpause`` names the task ``a/pause`` with no action: no such route."""
+    if _suffix_was_encoded(request, action):
+        raise StarletteHTTPException(405, "a task has no POST route; add the action after it")
+
+
+def _task(client: Client, name: str) -> dict[str, Any]:
+    return client.info(name).to_dict()
+
+
+@router.get("/tasks", response_model=TaskList, summary="List tasks")
+def list_tasks(
+    request: Request,
+    state: StateParam = None,
+    q: Annotated[str | None, Query(description="part of the name or schedule")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSONResponse:
+    """Tasks ordered by name, filtered by state and search text, one page at a time."""
+    client = client_of(request)
+    infos = client.tasks()
+    now = client.db_now()
+    page = paginate(filter_tasks(infos, now, state, q), limit, offset)
+    return JSONResponse({
+        "tasks": [info.to_dict() for info in page.items],
+        "total": page.total,
+        "limit": limit,
+        "offset": offset,
+        "counts": count_states(infos, now),
+        "db_now": now.isoformat(),
+    })
+
+
+def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
+    client = client_of(request)
+    if body.names is not None:
+        names = list(dict.fromkeys(body.names))
+    else:
+        names = [i.name for i in filter_tasks(client.tasks(), client.db_now(), body.state, body.q)]
+    done: list[str] = []
+    failed: list[dict[str, str]] = []
+    for name in names:
+        try:
+            getattr(client, action)(name)
+        except TaskNotFound as exc:
+            failed.append({"name": name, "error": "not_found", "message": str(exc)})
+        except TaskRunning as exc:
+            failed.append({"name": name, "error": "running", "message": str(exc)})
+        except (SchedulerError, ValueError) as exc:
+            failed.append({"name": name, "error": "invalid", "message": str(exc)})
+        else:
+            done.append(name)
+    logger.info("bulk %s: %d done, %d failed", action, len(done), len(failed))
+    return JSONResponse({"done": done, "failed": failed})
+
+
+@router.post("/tasks/pause", response_model=BulkResult, summary="Pause several tasks")
+def bulk_pause(request: Request, body: BulkBody) -> JSONResponse:
+    """Pause the tasks named, or those matching the filter (running ones go on)."""
+    return _bulk(request, body, "pause")
+
+
+@router.post("/tasks/resume", response_model=BulkResult, summary="Resume several tasks")
+def bulk_resume(request: Request, body: BulkBody) -> JSONResponse:
+    """Resume the tasks named, or those matching the filter."""
+    return _bulk(request, body, "resume")
+
+
+@router.post("/tasks/trigger", response_model=BulkResult, summary="Trigger several tasks")
+def bulk_trigger(request: Request, body: BulkBody) -> JSONResponse:
+    """Make the tasks named, or those matching the filter, due now (running ones fail)."""
+    return _bulk(request, body, "trigger")
+
+
+# Routes on one task: `{name:path}` takes names with slashes (sent percent-encoded); the
+# routes with a suffix come first so that `a/b/upcoming` is not read as a task named so.
+
+
+@router.get("/tasks/{name:path}/upcoming", response_model=UpcomingTimes,
+            responses=_TASK_ERRORS, summary="Next fire times")
+def task_upcoming(
+    request: Request, name: str, n: Annotated[int, Query(ge=1, le=100)] = 10
+) -> JSONResponse:
+    """The next ``n`` due times: the stored one, then the schedule's."""
+    client = client_of(request)
+    if _suffix_was_encoded(request, "upcoming"):
+        return JSONResponse(_task(client, f"{name}/upcoming"))
+    info = client.info(name)
+    coming = upcoming(info, client.db_now(), n)
+    return JSONResponse({
+        "name": info.name,
+        "schedule": info.schedule,
+        "times": [t.isoformat() for t in coming.times],
+        "note": coming.note,
+    })
+
+
+@router.post("/tasks/{name:path}/trigger", response_model=Task, responses=_RUNNING_ERRORS,
+             summary="Trigger a task")
+def trigger(request: Request, name: str) -> JSONResponse:
+    """Make the task due now (409 while it runs)."""
+    _action_path(request, "trigger")
+    client = client_of(request)
+    client.trigger(name)
+    return JSONResponse(_task(client, name))
+
+
+@router.post("/tasks/{name:path}/pause", response_model=Task, responses=_TASK_ERRORS,
+             summary="Pause a task")
+def pause(request: Request, name: str) -> JSONResponse:
+    """Never pick the task again, on any node, until resumed (a running execution goes on)."""
+    _action_path(request, "pause")
+    client = client_of(request)
+    client.pause(name)
+    return JSONResponse(_task(client, name))
+
+
+@router.post("/tasks/{name:path}/resume", response_model=Task, responses=_TASK_ERRORS,
+             summary="Resume a task")
+def resume(request: Request, name: str) -> JSONResponse:
+    """Undo pause: the task runs at its stored next time (at once if that passed)."""
+    _action_path(request, "resume")
+    client = client_of(request)
+    client.resume(name)
+    return JSONResponse(_task(client, name))
+
+
+@router.post("/tasks/{name:path}/cancel", response_model=Cancelled, responses=_TASK_ERRORS,
+             summary="Cancel the running execution")
+def cancel(request: Request, name: str) -> JSONResponse:
+    """Ask the running execution to stop; ``cancelled`` is false if it was not running."""
+    _action_path(request, "cancel")
+    client = client_of(request)
+    done = client.cancel(name)
+    return JSONResponse({"cancelled": done, "task": _task(client, name)})
+
+
+@router.post("/tasks/{name:path}/reschedule", response_model=Task, responses=_RUNNING_ERRORS,
+             summary="Set the next due time")
+def reschedule(
+    request: Request, name: str, body: Annotated[RescheduleBody, Body()]
+) -> JSONResponse:
+    """Set when the task is next due (409 while it runs)."""
+    _action_path(request, "reschedule")
+    client = client_of(request)
+    client.reschedule(name, body.at)
+    return JSONResponse(_task(client, name))
+
+
+@router.get("/tasks/{name:path}", response_model=Task, responses=_TASK_ERRORS,
+            summary="One task")
+def get_task(request: Request, name: str) -> JSONResponse:
+    """Every field of the task."""
+    return JSONResponse(_task(client_of(request), name))
+
+
+@router.delete("/tasks/{name:path}", response_model=Deleted, responses=_RUNNING_ERRORS,
+               summary="Delete a task")
+def delete(request: Request, name: str, force: bool = False) -> JSONResponse:
+    """Delete the task's row; refused while it runs unless ``force=true``. A node that still
+    declares the task inserts it again when it starts."""
+    client_of(request).delete(name, force=force)
+    return JSONResponse({"deleted": name})
+
+
+@router.get("/health", response_model=Health, summary="Health",
+            responses={503: {"model": Health, "description": "the database is unavailable"}})
+def health(request: Request) -> JSONResponse:
+    """200 when the database answers and the table exists, else 503 with the reason."""
+    client = client_of(request)
+    try:
+        now = client.db_now()
+        count = len(client.tasks())
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        logger.warning("health check failed: %s", reason)
+        return JSONResponse(
+            {"ok": False, "db_now": None, "tasks": None, "reason": reason}, status_code=503
+        )
+    return JSONResponse({"ok": True, "db_now": now.isoformat(), "tasks": count, "reason": None})

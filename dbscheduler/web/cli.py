@@ -1,0 +1,107 @@
+"""``dbscheduler web``: serve the dashboard and the REST API with uvicorn.
+
+Without authentication anyone who reaches the port can operate every task, so the command
+binds 127.0.0.1 by default and refuses another address unless the app is ``--read-only`` or
+the operator says ``--insecure`` (for a network that is already protected, e.g. behind an
+authenticating proxy).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import click
+
+from ..cli.target import OperationFailed, database_options, opened, resolve
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["command", "is_loopback", "serve_app", "web"]
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def serve_app(app: ASGIApp, host: str) -> ASGIApp:
+    """``app`` as the command serves it on ``host``.
+
+    On a loopback address only loopback host names are answered (400 otherwise): a web page
+    that rebinds its own domain name to 127.0.0.1 (DNS rebinding) would else be "same origin"
+    with the dashboard and could operate it from the user's browser.
+    """
+    if not is_loopback(host):
+        return app
+    from starlette.responses import PlainTextResponse
+
+    refuse = PlainTextResponse("dbscheduler web answers loopback host names only", 400)
+
+    async def loopback_only(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            name = urlsplit("//" + headers.get(b"host", b"").decode("latin-1")).hostname
+            if name not in LOOPBACK_NAMES:
+                await refuse(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return loopback_only
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to bind; another than loopback needs --read-only or --insecure")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--read-only", "read_only", is_flag=True,
+              help="hide every control and refuse changes (403)")
+@click.option("--insecure", is_flag=True,
+              help="allow a non-loopback --host with full control and no authentication")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@database_options
+def web(host: str, port: int, read_only: bool, insecure: bool, log_level: str,
+        url: str | None, table: str | None) -> None:
+    """Serve the web dashboard and the REST API (/api) until Ctrl-C."""
+    if not is_loopback(host) and not (read_only or insecure):
+        raise click.UsageError(
+            f"refusing to serve on {host}: anyone who reaches it could pause, trigger and "
+            "delete tasks. Pass --read-only, or --insecure if the network is protected "
+            "(or mount create_app(..., auth=...) in your own app)."
+        )
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        raise OperationFailed(
+            f"`dbscheduler web` needs the web extra: pip install 'dbscheduler[web]' ({exc})"
+        ) from exc
+    target = resolve(url, table)
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    with opened(target) as client:
+        client.tasks()  # a missing table or an unreachable database stops here, exit 1
+        app = serve_app(create_app(client, read_only=read_only), host)
+        mode = " (read-only)" if read_only else ""
+        click.echo(f"dbscheduler web{mode}: table {target.table} on {target.safe_url}, "
+                   f"http://{host}:{port}/", err=True)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def command() -> click.Command:
+    """The ``web`` command, for ``dbscheduler.cli`` to register."""
+    return web

@@ -1,0 +1,194 @@
+"""The dashboard's HTML pages, rendered on the server.
+
+Each page has a ``/partials/...`` twin that renders only its live region: the page's script
+fetches it every few seconds and swaps it in, so the page refreshes without a reload and keeps
+its scroll position, search box and selection. A new page is a route here, a template, and a
+link in ``base.html``'s navigation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from ..context import TaskInfo
+from .views import (
+    STATES,
+    State,
+    count_states,
+    describe_schedule,
+    filter_tasks,
+    paginate,
+    states_of,
+    upcoming,
+)
+
+__all__ = ["PAGE_SIZE", "TaskRow", "chrome", "router"]
+
+PAGE_SIZE = 200
+REFRESH_MS = 4000
+
+router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task as the templates show it."""
+
+    info: TaskInfo
+    states: set[State]
+    schedule_words: str
+    duration: timedelta | None
+    url: str
+
+    @property
+    def overdue(self) -> bool:
+        return "overdue" in self.states
+
+    @property
+    def failing(self) -> bool:
+        return "failing" in self.states
+
+
+def _duration(info: TaskInfo) -> timedelta | None:
+    started, finished = info.last_started_at, info.last_finished_at
+    if info.running or started is None or finished is None or finished < started:
+        return None
+    return finished - started
+
+
+def fmt_duration(value: timedelta | None) -> str:
+    """``"340 ms"``, ``"12.4 s"``, ``"3 min 5 s"``, ``"2 h 10 min"``."""
+    if value is None:
+        return ""
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def root_of(request: Request) -> str:
+    """The app's own path (ends with ``/``), whatever it is mounted under."""
+    return request.url_for("tasks_page").path
+
+
+def task_url(request: Request, name: str) -> str:
+    """The task page's path; every character of the name that means something in a URL
+    (``/``, ``?``, ``#``, ``%``, spaces) is percent-encoded."""
+    return f"{root_of(request)}tasks/{quote(name, safe='')}"
+
+
+def chrome(request: Request) -> dict[str, Any]:
+    """What ``base.html`` needs on every page."""
+    dashboard = request.app.state.dashboard
+    return {
+        "root": root_of(request),
+        "table": dashboard.client.table,
+        "read_only": bool(getattr(request.state, "read_only", True)),
+        "refresh_ms": REFRESH_MS,
+    }
+
+
+def _row(request: Request, info: TaskInfo, now: datetime) -> TaskRow:
+    return TaskRow(info, states_of(info, now), describe_schedule(info.schedule),
+                   _duration(info), task_url(request, info.name))
+
+
+def _tasks_context(request: Request, state: str | None, q: str | None, page: int
+                   ) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    infos = client.tasks()
+    now = client.db_now()
+    state = state if state in STATES else None
+    matching = filter_tasks(infos, now, state, q)
+    listing = paginate(matching, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+
+    def page_url(number: int) -> str:
+        params = {k: v for k, v in (("state", state), ("q", q), ("page", number)) if v}
+        return root_of(request) + ("?" + urlencode(params) if params else "")
+
+    return {
+        **chrome(request),
+        "now": now,
+        "rows": [_row(request, info, now) for info in listing.items],
+        "counts": count_states(infos, now),
+        "states": STATES,
+        "state": state,
+        "q": q or "",
+        "total": listing.total,
+        "page": page,
+        "first": listing.offset + 1,
+        "last": listing.offset + len(listing.items),
+        "prev_url": page_url(page - 1) if page > 1 else None,
+        "next_url": page_url(page + 1) if listing.offset + PAGE_SIZE < listing.total else None,
+        "fmt_duration": fmt_duration,
+    }
+
+
+def render(request: Request, template: str, context: dict[str, Any]) -> Response:
+    """``template`` rendered with ``context``."""
+    templates: Jinja2Templates = request.app.state.dashboard.templates
+    return templates.TemplateResponse(request, template, context)
+
+
+PageParam = Annotated[int, Query(ge=1)]
+
+
+@router.get("/", name="tasks_page")
+def tasks_page(request: Request, state: str | None = None, q: str | None = None,
+               page: PageParam = 1) -> Response:
+    """Every task, counts by state, filter and search, bulk actions."""
+    return render(request, "tasks.html", _tasks_context(request, state, q, page))
+
+
+@router.get("/partials/tasks", name="tasks_partial")
+def tasks_partial(request: Request, state: str | None = None, q: str | None = None,
+                  page: PageParam = 1) -> Response:
+    """The live region of the tasks page."""
+    return render(request, "_tasks_live.html", _tasks_context(request, state, q, page))
+
+
+def _task_context(request: Request, name: str) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    info = client.info(name)
+    now = client.db_now()
+    coming = upcoming(info, now, 10)
+    state_json = None
+    if info.state is not None:
+        state_json = json.dumps(info.state, indent=2, ensure_ascii=False, sort_keys=True)
+    return {
+        **chrome(request),
+        "now": now,
+        "row": _row(request, info, now),
+        "info": info,
+        "upcoming": coming,
+        "state_json": state_json,
+        "info_json": json.dumps(info.to_dict(), indent=2, ensure_ascii=False),
+        "partial_url": f"{root_of(request)}partials/task/{quote(info.name, safe='')}",
+        "fmt_duration": fmt_duration,
+    }
+
+
+@router.get("/tasks/{name:path}", name="task_page")
+def task_page(request: Request, name: str) -> Response:
+    """One task: every field, its state, the next fire times and the actions."""
+    return render(request, "task.html", _task_context(request, name))
+
+
+@router.get("/partials/task/{name:path}", name="task_partial")
+def task_partial(request: Request, name: str) -> Response:
+    """The live region of a task page."""
+    return render(request, "_task_live.html", _task_context(request, name))

@@ -1,0 +1,200 @@
+"""Migrations, ``ddl/*.sql`` and the table definition are one shape on every real database.
+
+The checks that need no database (offline SQL, the shipped scripts, the compiled definition)
+are in ``tests/unit/test_migrations.py``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from dbscheduler.migrate import upgrade, version_table_for
+from dbscheduler.table import COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def statements(sql: str) -> list[str]:
+    """The statements of an offline script, without comments and transaction control."""
+    body = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
+    parts = [p.strip() for p in re.split(r";\s*\n|^GO\s*$", body, flags=re.M)]
+    return [p.rstrip(";") for p in parts if p and p.upper() not in ("BEGIN", "COMMIT", "GO")]
+
+
+def _shape(engine: sa.Engine, table: str, schema: str | None = None) -> dict[str, Any]:
+    insp = sa.inspect(engine)
+    cols = {
+        c["name"]: (str(c["type"].compile(dialect=engine.dialect)).lower(), c["nullable"])
+        for c in insp.get_columns(table, schema=schema)
+    }
+    indexes = sorted(
+        (tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(table, schema)
+    )
+    uniques = sorted(tuple(u["column_names"]) for u in insp.get_unique_constraints(table, schema))
+    return {"columns": cols, "indexes": [i for i in indexes if i[0] != ("queue_name",)],
+            "unique": uniques or [("queue_name",)]}
+
+
+def test_migrated_table_has_every_column(migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    try:
+        shape = _shape(engine, table)
+        assert list(shape["columns"]) == list(COLUMNS)
+        assert ("queue_name",) in shape["unique"]
+        assert (("next_process_at",), False) in shape["indexes"]
+        with engine.connect() as conn:
+            version = conn.execute(sa.text(f"SELECT version_num FROM {version_table_for(table)}"))
+            assert version.scalar_one() == "dbscheduler_0003"
+    finally:
+        engine.dispose()
+
+
+def test_migrate_twice_is_a_no_op(migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    upgrade(engine, table)
+    engine.dispose()
+
+
+def test_ddl_file_applies_and_equals_the_migrated_table(
+    migrated: tuple[str, str], backend: str, tmp_path: Path
+) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    sql = (ROOT / "ddl" / f"{'mysql' if backend == 'mysql' else backend}.sql").read_text()
+    sandbox = f"ddl_{uuid.uuid4().hex[:8]}"
+    try:
+        if backend == "sqlite":
+            other = sa.create_engine(f"sqlite:///{tmp_path / 'ddl.sqlite3'}")
+            schema = None
+        else:
+            # Its own connection: SET search_path / USE must not leak into `engine`'s pool.
+            other, schema = sa.create_engine(url, poolclass=sa.pool.NullPool), sandbox
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"CREATE {'SCHEMA' if backend == 'postgresql' else 'DATABASE'}"
+                                     f" {sandbox}"))
+        with other.begin() as conn:
+            if backend == "postgresql":
+                conn.execute(sa.text(f"SET search_path TO {sandbox}"))
+            elif backend == "mysql":
+                conn.execute(sa.text(f"USE {sandbox}"))
+            for stmt in statements(sql):
+                conn.exec_driver_sql(stmt)
+        applied = _shape(other, "scheduled_tasks", schema)
+        assert applied == _shape(engine, table)
+    finally:
+        if backend != "sqlite":
+            with engine.begin() as conn:
+                kind = "SCHEMA" if backend == "postgresql" else "DATABASE"
+                cascade = " CASCADE" if backend == "postgresql" else ""
+                conn.execute(sa.text(f"DROP {kind} IF EXISTS {sandbox}{cascade}"))
+        engine.dispose()
+
+
+def _readme_alembic_blocks() -> list[tuple[str, str]]:
+    """The fenced blocks of the README's "In your own Alembic environment", in order."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### In your own Alembic environment", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+
+
+def _installed_layout(site: Path) -> None:
+    """dbscheduler as a wheel installs it: the migrations inside it, as ``_migrations``
+    (pyproject's force-include). An editable install has no such directory."""
+    shutil.copytree(ROOT / "dbscheduler", site / "dbscheduler")
+    shutil.copytree(ROOT / "migrations", site / "dbscheduler" / "_migrations")
+
+
+def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> None:
+    """The README's steps, literally, from ``alembic init`` of the installed Alembic: our
+    branch, a first revision of the user's own, and an autogenerate that leaves our table."""
+    site, app = tmp_path / "site", tmp_path / "app"
+    _installed_layout(site)
+    app.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    alembic = str(Path(sys.executable).parent / "alembic")
+
+    def run(command: str) -> str:
+        argv = shlex.split(command)
+        assert argv[0] == "alembic", command
+        proc = subprocess.run([alembic, *argv[1:]], cwd=app, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+        return proc.stdout + proc.stderr
+
+    blocks = _readme_alembic_blocks()
+    kinds = [kind for kind, _ in blocks]
+    assert kinds == ["sh", "ini", "sh", "python"], kinds
+    (_, init), (_, ini_lines), (_, commands), (_, env_snippet) = blocks
+    versions = app / "alembic" / "versions"
+    ours = site / "dbscheduler" / "_migrations" / "versions"
+    shipped = sorted(p.name for p in ours.glob("*.py"))
+
+    for command in init.strip().splitlines():
+        run(command)
+    ini = app / "alembic.ini"
+    text = ini.read_text()
+    assert text.count("\npath_separator = os\n") == 1  # what the README says to replace
+    text = text.replace("\npath_separator = os\n", "\n" + ini_lines)
+    text = re.sub(r"(?m)^sqlalchemy\.url = .*$", f"sqlalchemy.url = sqlite:///{app / 'app.db'}",
+                  text)
+    ini.write_text(text)
+
+    for command in commands.strip().splitlines():
+        run(command)
+        if "revision" in command:
+            (mine,) = versions.glob("*.py")  # the user's directory, not the package's
+            source = mine.read_text()
+            assert "down_revision: Union[str, Sequence[str], None] = None" in source
+            mine.write_text(source.replace(
+                '    """Upgrade schema."""\n    pass',
+                '    """Upgrade schema."""\n'
+                '    op.create_table("users", sa.Column("id", sa.Integer, primary_key=True))',
+            ))
+    assert sorted(p.name for p in ours.glob("*.py")) == shipped
+    engine = sa.create_engine(f"sqlite:///{app / 'app.db'}")
+    try:
+        assert set(sa.inspect(engine).get_table_names()) == {
+            "alembic_version", "scheduled_tasks", "users"}
+        with engine.connect() as conn:
+            heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
+        assert "dbscheduler_0003" in heads and len(heads) == 2
+    finally:
+        engine.dispose()
+
+    # --autogenerate against the user's metadata: first as alembic init wrote env.py (it
+    # proposes to drop our table), then with the README's include_object.
+    (app / "models.py").write_text(
+        "import sqlalchemy as sa\n\nmetadata = sa.MetaData()\n"
+        'users = sa.Table("users", metadata, sa.Column("id", sa.Integer, primary_key=True))\n'
+    )
+    env_py = app / "alembic" / "env.py"
+    source = env_py.read_text().replace("target_metadata = None",
+                                        "from models import metadata as target_metadata")
+    env_py.write_text(source)
+    autogenerate = 'alembic revision --autogenerate -m "probe" --head app@head'
+    run(autogenerate)
+    (probe,) = [p for p in versions.glob("*probe.py")]
+    assert "op.drop_table('scheduled_tasks')" in probe.read_text()
+    probe.unlink()
+
+    assert source.count("target_metadata=target_metadata") == 2
+    source = source.replace("target_metadata=target_metadata",
+                            "target_metadata=target_metadata, include_object=include_object")
+    source = source.replace("config = context.config\n",
+                            "config = context.config\n\n" + env_snippet, 1)
+    env_py.write_text(source)
+    run(autogenerate)
+    (probe,) = [p for p in versions.glob("*probe.py")]
+    body = probe.read_text()
+    assert "op." not in body.split("def upgrade", 1)[1], body  # nothing to do, up or down

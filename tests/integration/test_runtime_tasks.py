@@ -1,0 +1,90 @@
+"""Rows created by a process without the handler run on nodes that have it (real processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from dbscheduler import Client, FixedRate
+from dbscheduler.errors import TaskNotFound
+from dbscheduler.migrate import upgrade
+
+NODE = Path(__file__).with_name("runtime_node.py")
+
+
+@pytest.fixture
+def cluster(db_url: str, table_name: str, tmp_path: Path) -> Iterator[tuple[Client, Path]]:
+    client = Client(db_url, table=table_name)
+    upgrade(client.engine, table_name)
+    out = tmp_path / "runs.jsonl"
+    nodes = [
+        subprocess.Popen([sys.executable, str(NODE), db_url, table_name, f"n{i}", str(out)],
+                         stdout=subprocess.PIPE, text=True)
+        for i in range(3)
+    ]
+    try:
+        for p in nodes:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        yield client, out
+    finally:
+        for p in nodes:
+            p.terminate()
+        for p in nodes:
+            p.wait(timeout=30)
+        client.close()
+
+
+def runs(out: Path) -> list[dict[str, object]]:
+    if not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_runtime_rows_run_with_their_data(cluster: tuple[Client, Path]) -> None:
+    client, out = cluster
+    now = client.db_now()
+    client.schedule_once("once-1", "record", now, data={"n": 1})
+    client.schedule("every", "record", FixedRate(0.5), data={"v": 1})
+
+    wait_for(lambda: sum(r["name"] == "every" for r in runs(out)) >= 2)
+    wait_for(lambda: not any(i.name == "once-1" for i in client.tasks()))
+    time.sleep(1.0)  # time for a duplicate run of the one-off job to show, if any
+    once = [r for r in runs(out) if r["name"] == "once-1"]
+    assert [r["data"] for r in once] == [{"n": 1}], "a one-off job runs exactly once"
+
+    before = client.info("every").total_attempt
+    client.schedule("every", "record", FixedRate(0.5), data={"v": 2})
+    assert client.info("every").total_attempt >= before, "counters are kept"
+    wait_for(lambda: any(r["name"] == "every" and r["data"] == {"v": 2} for r in runs(out)))
+
+    assert client.unschedule("every") is True
+    with pytest.raises(TaskNotFound):
+        client.info("every")
+    time.sleep(0.5)  # a run already under way may still write its line
+    count = sum(r["name"] == "every" for r in runs(out))
+    time.sleep(1.5)
+    assert sum(r["name"] == "every" for r in runs(out)) == count, "unschedule stops it"
+    assert client.unschedule("every") is False
+
+
+def test_a_row_without_a_handler_waits_and_is_shown(cluster: tuple[Client, Path]) -> None:
+    client, out = cluster
+    client.schedule_once("orphan", "nobody-has-this", client.db_now() - timedelta(minutes=5))
+    client.schedule_once("known", "record", client.db_now())
+    wait_for(lambda: any(r["name"] == "known" for r in runs(out)))
+    info = client.info("orphan")
+    assert (info.handler, info.total_attempt, info.locked_by) == ("nobody-has-this", 0, None)

@@ -1,0 +1,57 @@
+"""Values on their way to the table, checked before any write (no database needed)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dbscheduler._store import clean_text, decode_state_safe, encode_state
+from dbscheduler.dialects import IDLE_TRANSACTION_FLOOR, engine_options, idle_transaction_timeout
+from dbscheduler.table import MAX_ERROR_LENGTH, MAX_STATE_BYTES
+
+
+def test_a_state_over_the_limit_is_refused_with_its_size() -> None:
+    at_limit = encode_state("x" * (MAX_STATE_BYTES - 2))  # with its two quotes: the limit
+    assert at_limit is not None and len(at_limit) == MAX_STATE_BYTES
+    with pytest.raises(ValueError, match=r"state is 1,048,579 bytes of JSON; the limit is "
+                                         r"1,048,576 bytes"):
+        encode_state("x" * (MAX_STATE_BYTES + 1))
+
+
+def test_unstorable_states_are_value_errors_saying_why() -> None:
+    nested: Any = []
+    for _ in range(100_000):
+        nested = [nested]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        encode_state(nested)
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        encode_state({"when": object()})
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        encode_state(float("nan"))
+    assert encode_state(None) is None
+    assert encode_state({"s": "\x00\ud800"}) == '{"s": "\\u0000\\ud800"}'  # escaped in JSON
+
+
+def test_error_text_is_made_storable() -> None:
+    assert clean_text("a\x00b\ud800c") == "a\\x00b\\ud800c"
+    assert clean_text(None) is None
+    long = clean_text("x" * (MAX_ERROR_LENGTH + 10))
+    assert long is not None and len(long) == MAX_ERROR_LENGTH and long.endswith("…")
+
+
+def test_a_stored_state_that_is_not_json_is_reported_not_raised() -> None:
+    assert decode_state_safe('{"n": 1}') == ({"n": 1}, None)
+    assert decode_state_safe(None) == (None, None)
+    value, error = decode_state_safe("{nope")
+    assert value is None and error is not None and error.startswith("stored state is not valid")
+
+
+def test_idle_transaction_bound_follows_the_lease_with_a_floor_and_a_cap() -> None:
+    assert idle_transaction_timeout(timedelta(seconds=30)) == timedelta(seconds=5)
+    assert idle_transaction_timeout(timedelta(seconds=3)) == IDLE_TRANSACTION_FLOOR
+    assert idle_transaction_timeout(timedelta(minutes=10)) == timedelta(seconds=10)
+    options = engine_options("postgresql", timedelta(seconds=30))["connect_args"]["options"]
+    assert "-c idle_in_transaction_session_timeout=5000" in options
+    assert engine_options("mysql", timedelta(seconds=30))["isolation_level"] == "AUTOCOMMIT"
