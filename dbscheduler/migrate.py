@@ -23,9 +23,12 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from .dialects import dialect_named, names
-from .table import DEFAULT_TABLE, split_table_name
+from .table import DEFAULT_TABLE, REVISION, split_table_name
 
-__all__ = ["migrations_dir", "offline_sql", "quiet_alembic", "upgrade", "version_table_for"]
+__all__ = ["HEAD", "migrations_dir", "offline_sql", "quiet_alembic", "upgrade", "version_table_for"]
+
+HEAD = f"dbscheduler_{REVISION:04d}"
+"""The newest migration's revision id: what ``dbscheduler migrate`` upgrades a table to."""
 
 
 def migrations_dir() -> Path:

@@ -89,7 +89,7 @@ def make_table(
     ``revision`` is the migration whose shape to build: 1 is the first table; 2 adds the
     pick's ``claim`` stamp and the ``prev_*`` copies of what a pick overwrote (a pick whose
     answer was lost, or a database without ``RETURNING``, reads them back), and widens
-    ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 4 adds the
+    ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
     runtime columns (:func:`runtime_columns`).
 
     >>> make_table("jobs").c.queue_name.name

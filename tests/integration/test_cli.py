@@ -21,6 +21,7 @@ import pytest
 from click.testing import Result
 
 from dbscheduler import Scheduler, TaskNotFound
+from dbscheduler.migrate import HEAD
 from tests.databases import find
 from tests.harness.inprocess import Node, db_now, seed
 from tests.helpers import wait_until
@@ -59,12 +60,12 @@ def running(migrated: tuple[str, str]) -> Iterator[Node]:
 def test_migrate_creates_then_reports_up_to_date(db_url: str, table_name: str) -> None:
     first = invoke("migrate", "--url", db_url, "--table", table_name)
     assert first.exit_code == 0, first.output
-    assert re.search(rf"upgraded table {table_name} on .*: \(no table\) -> dbscheduler_0003",
+    assert re.search(rf"upgraded table {table_name} on .*: \(no table\) -> {HEAD}",
                      first.stdout), first.stdout
     second = invoke("--url", db_url, "--table", table_name, "migrate")
     assert second.exit_code == 0, second.output
     assert f"table {table_name} on " in second.stdout
-    assert "is up to date (revision dbscheduler_0003)" in second.stdout
+    assert f"is up to date (revision {HEAD})" in second.stdout
     listed = invoke("list", "--json", "--url", db_url, "--table", table_name)
     assert listed.exit_code == 0, listed.output
     assert json.loads(listed.stdout) == []
@@ -77,7 +78,7 @@ def test_migrate_adopts_a_table_the_embedded_default_created(tmp_path: Path) -> 
     made.engine.dispose()
     result = invoke("migrate", "--url", url)
     assert result.exit_code == 0, result.output
-    assert "is up to date (revision dbscheduler_0003)" in result.stdout
+    assert f"is up to date (revision {HEAD})" in result.stdout
 
 
 def test_migrate_errors() -> None:

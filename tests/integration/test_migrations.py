@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbscheduler.migrate import upgrade, version_table_for
+from dbscheduler.migrate import HEAD, upgrade, version_table_for
 from dbscheduler.table import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def test_migrated_table_has_every_column(migrated: tuple[str, str]) -> None:
         assert (("next_process_at",), False) in shape["indexes"]
         with engine.connect() as conn:
             version = conn.execute(sa.text(f"SELECT version_num FROM {version_table_for(table)}"))
-            assert version.scalar_one() == "dbscheduler_0003"
+            assert version.scalar_one() == HEAD
     finally:
         engine.dispose()
 
@@ -168,7 +168,7 @@ def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> N
             "alembic_version", "scheduled_tasks", "users"}
         with engine.connect() as conn:
             heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
-        assert "dbscheduler_0003" in heads and len(heads) == 2
+        assert HEAD in heads and len(heads) == 2
     finally:
         engine.dispose()
 
