@@ -7,11 +7,12 @@ so a wall clock that is wrong by hours, or jumps, changes nothing.
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime, timedelta, timezone
 
-log = logging.getLogger("dbscheduler.clock")
+from .logfields import engine_log
+
+log = engine_log("dbscheduler.clock")
 
 SKEW_WARNING = timedelta(seconds=5)
 

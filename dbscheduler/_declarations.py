@@ -5,7 +5,6 @@ is given before anything is written (durations, node ids, task declarations: bad
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import secrets
@@ -20,12 +19,13 @@ from ._store import Registration, Store, validate_name
 from ._wakeup import Wakeup
 from .failures import FailureSettings, NoRetry
 from .listeners import Listener, Listeners
+from .logfields import engine_log
 from .runtime import Handlers
 from .schedules import FixedDelay, FixedRate, Schedule
 
 __all__ = ["Declarations", "declare_task", "default_node_id", "duration"]
 
-log = logging.getLogger("dbscheduler.scheduler")
+log = engine_log("dbscheduler.scheduler")
 
 
 def default_node_id() -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import logging
 import queue
 import sys
 import threading
@@ -17,8 +16,9 @@ from typing import Any
 from ._execution import Ended, Execution, describe_error, truncate
 from .context import UNSET, Result, Status
 from .listeners import Listeners
+from .logfields import engine_log, engine_thread, execution_context
 
-log = logging.getLogger("dbscheduler.executor")
+log = engine_log("dbscheduler.executor")
 
 RunCoroutine = Callable[[Coroutine[Any, Any, Any], contextvars.Context], Any]
 """Runs a coroutine to its end as a task in the given context and returns its value."""
@@ -50,6 +50,11 @@ _RETURN_WARNINGS = _ReturnWarnings()
 def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> Ended:
     """Call ``ex``'s task function in this thread (a coroutine through ``run_coroutine``) and
     say how it ended. Never raises: whatever the function does becomes the :class:`Ended`."""
+    with execution_context(ex.task.name, ex.token):
+        return _call(ex, listeners, run_coroutine)
+
+
+def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> Ended:
     task = ex.task
     status: Status = "success"
     error: str | None = None
@@ -66,8 +71,7 @@ def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> En
         # is current inside the function, thread or coroutine alike.
         context = contextvars.copy_context()
         context.run(listeners.on_started, ex.ctx)
-        log.debug("task %r started (attempt %d, token %d)", task.name, ex.ctx.attempt,
-                  ex.token)
+        log.debug("started (attempt %d)", ex.ctx.attempt)
         args = (ex.ctx,) if task.takes_context else ()
         if task.is_coroutine:
             value = run_coroutine(task.fn(*args), context)
@@ -79,17 +83,17 @@ def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> En
                 status, error = "error", truncate(value.message or "error")
         elif value is not None and _RETURN_WARNINGS.first(task.name):
             # A newcomer returning the new state would otherwise lose it without a word.
-            log.warning("task %r returned %s; the value is ignored and the run counts as a "
-                        "success. To store state, return Result.success(state=...)",
-                        task.name, _short_repr(value))
+            log.warning("the function returned %s; the value is ignored and the run counts "
+                        "as a success. To store state, return Result.success(state=...)",
+                        _short_repr(value))
     except _LeaseExpired as exc:
         status, error = "lost", str(exc)
-        log.warning("task %r (token %d): %s; not run", task.name, ex.token, exc)
+        log.warning("%s; not run", exc)
     except BaseException as exc:  # a task must never kill its worker
         # SystemExit and KeyboardInterrupt too: re-raised, they would end this worker
         # thread, and a node that loses all its workers holds leases it never runs.
         status, error, exception = "error", describe_error(exc), exc
-        log.error("task %r failed: %s", task.name, error, exc_info=exc)
+        log.error("failed: %s", error, exc_info=exc)
     if ex.cancel_requested and status == "success":
         status = "cancelled"
     return Ended(ex, status, error, state, next_at, time.monotonic(), exception)
@@ -125,7 +129,7 @@ class Executor:
         self._closed = False
         self._queue: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._workers = [
-            threading.Thread(target=self._work, name=f"dbscheduler-worker-{i}", daemon=True)
+            engine_thread(self._work, f"dbscheduler-worker-{i}")
             for i in range(max_workers)
         ]
         for worker in self._workers:
@@ -227,9 +231,7 @@ class Executor:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="dbscheduler-asyncio", daemon=True
-                )
+                thread = engine_thread(loop.run_forever, "dbscheduler-asyncio")
                 thread.start()
                 self._loop = loop
             return self._loop

@@ -11,14 +11,15 @@ Unset, :func:`reached` is one falsy check: nothing else runs in production.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 
+from .logfields import engine_log
+
 __all__ = ["POINTS", "reached"]
 
-log = logging.getLogger("dbscheduler.faultpoints")
+log = engine_log("dbscheduler.faultpoints")
 
 POINTS = (
     "register",

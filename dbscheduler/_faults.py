@@ -11,7 +11,8 @@ import logging
 class FaultLog:
     """One per recurring activity (polling, heartbeats, the LISTEN connection…)."""
 
-    def __init__(self, logger: logging.Logger, what: str) -> None:
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+                 what: str) -> None:
         self._log = logger
         self._what = what
         self.failing = False

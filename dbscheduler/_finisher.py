@@ -3,7 +3,6 @@ recording executions whose node vanished. Both plan the next time the same way."
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -17,12 +16,13 @@ from ._store import FinishWrite, Store, encode_state
 from .client import task_info
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
+from .logfields import about, engine_log, engine_thread
 from .planning import plan_next
 from .runtime import finished_for_good
 
 __all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher"]
 
-log = logging.getLogger("dbscheduler.finisher")
+log = engine_log("dbscheduler.finisher")
 
 SCHEDULE_FAILURE_RETRY = timedelta(minutes=1)
 """When a schedule cannot say when to run next (a Dynamic function raised), try again then."""
@@ -52,7 +52,7 @@ class Finisher:
         self._idle = threading.Condition()
         self._faults = FaultLog(log, "writing finished executions")
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dbscheduler-finish", daemon=True)
+        self._thread = engine_thread(self._run, "dbscheduler-finish")
 
     def start(self) -> None:
         self._thread.start()
@@ -155,12 +155,12 @@ class Finisher:
         except Exception:  # only chooses the message
             exists = True
         if exists:
-            log.warning("task %r: finish refused, another node owns the row now (token %d is "
-                        "stale)", ex.task.name, ex.token)
+            log.warning("finish refused: another node owns the row now (this token is stale)",
+                        extra=about(ex.task.name, ex.token))
         else:
-            log.warning("task %r: finish refused: the row of task %r is gone (deleted, or the "
-                        "table was recreated); this node registers its tasks again when it "
-                        "sees the table empty or back", ex.task.name, ex.task.name)
+            log.warning("finish refused: the task's row is gone (deleted, or the table was "
+                        "recreated); this node registers its tasks again when it sees the "
+                        "table empty or back", extra=about(ex.task.name, ex.token))
 
     def _write_for(
         self, e: Ended, now: datetime, written: dict[tuple[int, int], FinishWrite]
@@ -174,7 +174,7 @@ class Finisher:
             except ValueError as exc:
                 status = "error"
                 error = truncate(str(exc))
-                log.error("task %r: %s; state not stored", ex.task.name, error)
+                log.error("%s; state not stored", error, extra=about(ex.task.name, ex.token))
         next_at, attempt, failure = _plan(
             ex.task, ex.ctx, status=status, attempt=ex.ctx.attempt,
             scheduled_at=ex.ctx.scheduled_at, started_at=ex.ctx.started_at, finished_at=now,
@@ -197,8 +197,8 @@ class Finisher:
         else:
             outcome = Outcome(write.status, duration, write.error, write.next_at, e.exception)
         next_at = outcome.next_at
-        log.debug("task %r finished: %s in %.3f s, next %s", ex.task.name, e.status,
-                  duration.total_seconds(), next_at)
+        log.debug("finished: %s in %.3f s, next %s", e.status, duration.total_seconds(),
+                  next_at, extra=about(ex.task.name, ex.token))
         self._listeners.on_finished(ex.ctx, outcome)
 
     # -- executions whose node vanished ------------------------------------------------------
@@ -216,7 +216,8 @@ class Finisher:
         lost_started = row["prev_last_started_at"] or now
         lost_node = row["prev_locked_by"]
         error = f"node {lost_node} vanished while running it (lease expired)"
-        log.warning("task %r: execution on node %s was lost; recovering", task.name, lost_node)
+        log.warning("the execution on node %s was lost; recovering", lost_node,
+                    extra=about(task.name, int(row["total_attempt"]) - 1))
         info = task_info({
             **row, "next_process_at": row["prev_next_process_at"], "attempt": lost_attempt,
             "total_attempt": int(row["total_attempt"]) - 1, "locked_by": lost_node,
@@ -267,6 +268,6 @@ def _plan(
         )
     except Exception as exc:
         error = truncate(f"schedule failed: {describe_error(exc)}")
-        log.error("task %r: %s; next try in %s", task.name, error, SCHEDULE_FAILURE_RETRY)
+        log.error("%s; next try in %s", error, SCHEDULE_FAILURE_RETRY, extra=about(task.name))
         return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
     return plan.next_at, plan.attempt, None

@@ -3,7 +3,6 @@ and a watchdog that never touches the database stops executions whose lease ran 
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -12,8 +11,9 @@ from datetime import timedelta
 from ._execution import Execution
 from ._faults import FaultLog
 from ._store import Store
+from .logfields import about, engine_log, engine_thread
 
-log = logging.getLogger("dbscheduler.heartbeat")
+log = engine_log("dbscheduler.heartbeat")
 
 
 def safety_margin(lease: timedelta) -> float:
@@ -93,10 +93,8 @@ class Heartbeat:
         self._faults = FaultLog(log, "heartbeat")
         self.last_beat_at: float | None = None  # monotonic time of the last heartbeat; for health()
         self.on_error: Callable[[BaseException], None] = lambda exc: None  # set by the Scheduler
-        self._thread = threading.Thread(target=self._run, name="dbscheduler-heartbeat", daemon=True)
-        self._watchdog = threading.Thread(
-            target=self._watch, name="dbscheduler-watchdog", daemon=True
-        )
+        self._thread = engine_thread(self._run, "dbscheduler-heartbeat")
+        self._watchdog = engine_thread(self._watch, "dbscheduler-watchdog")
 
     def start(self) -> None:
         self._thread.start()
@@ -146,8 +144,8 @@ class Heartbeat:
             now = time.monotonic()
             for ex in list(dict(self._tracked).values()):
                 if not ex.lease_lost and now >= ex.lease_until - self._margin:
-                    log.warning("task %r: no heartbeat reached the database within the lease; "
-                                "counting the lease as lost", ex.task.name)
+                    log.warning("no heartbeat reached the database within the lease; "
+                                "counting the lease as lost", extra=about(ex.task.name, ex.token))
                     self.lose(ex)
 
     def beat(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,9 +19,10 @@ from ._wakeup import Wakeup
 from .context import UNSET, TaskContext
 from .errors import SchemaMissing
 from .listeners import Listeners
+from .logfields import about, engine_log, engine_thread
 from .runtime import Handlers
 
-log = logging.getLogger("dbscheduler.poller")
+log = engine_log("dbscheduler.poller")
 
 CONTENDED_RETRY = 0.005
 """A row was due but another node took it first: look again this soon."""
@@ -68,7 +68,7 @@ class Poller:
         self._next_due: datetime | None = None
         self._next_due_known = False
         self._margin = safety_margin(lease)
-        self._thread = threading.Thread(target=self._run, name="dbscheduler-poller", daemon=True)
+        self._thread = engine_thread(self._run, "dbscheduler-poller")
 
     def start(self) -> None:
         self._thread.start()
@@ -169,8 +169,9 @@ class Poller:
             try:
                 self._dispatch(row, sent)
             except Exception as exc:
-                log.error("task %r: could not start the picked execution: %s; giving its "
-                          "lease back", row["queue_name"], describe_error(exc), exc_info=exc)
+                log.error("could not start the picked execution: %s; giving its lease back",
+                          describe_error(exc), exc_info=exc,
+                          extra=about(row["queue_name"], int(row["total_attempt"])))
                 self._give_back(row)
         # Picked none although a row was due: another node won it; poll again very soon
         # rather than spinning. Otherwise go round at once: the next due time is known, or
@@ -192,7 +193,8 @@ class Poller:
         try:
             self._store.release(self._node_id, {int(row["id"]): int(row["total_attempt"])})
         except Exception as exc:  # the lease expires on its own
-            log.warning("task %r: could not give its lease back: %s", row["queue_name"], exc)
+            log.warning("could not give its lease back: %s", exc,
+                        extra=about(row["queue_name"], int(row["total_attempt"])))
 
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
         task = self._tasks.for_row(row)
@@ -252,6 +254,6 @@ def prepare(
 def undecodable(execution: Execution, state_error: str) -> Ended:
     """How an execution whose stored state cannot be decoded ends: an error, without running,
     keeping the stored text (``UNSET``)."""
-    log.error("task %r: %s; the execution fails without running", execution.task.name,
-              state_error)
+    log.error("%s; the execution fails without running", state_error,
+              extra=about(execution.task.name, execution.token))
     return Ended(execution, "error", state_error, UNSET, None, time.monotonic())

@@ -3,7 +3,6 @@ database in Docker Compose or Kubernetes)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -12,10 +11,11 @@ import sqlalchemy as sa
 
 from .dialects import Dialect
 from .errors import DatabaseUnreachable
+from .logfields import engine_log
 
 __all__ = ["retry_unreachable"]
 
-log = logging.getLogger("dbscheduler")
+log = engine_log("dbscheduler")
 
 
 def retry_unreachable(

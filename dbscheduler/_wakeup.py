@@ -3,7 +3,6 @@ database has it."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from datetime import datetime
 
@@ -11,8 +10,9 @@ from sqlalchemy.engine import Engine
 
 from ._faults import FaultLog
 from .dialects import Dialect
+from .logfields import engine_log, engine_thread
 
-log = logging.getLogger("dbscheduler.wakeup")
+log = engine_log("dbscheduler.wakeup")
 
 
 class Wakeup:
@@ -71,7 +71,7 @@ class NotifyListener:
         self._wakeup = wakeup
         self._stop = threading.Event()
         self._faults = FaultLog(log, f"LISTEN {channel}")
-        self._thread = threading.Thread(target=self._run, name="dbscheduler-listen", daemon=True)
+        self._thread = engine_thread(self._run, "dbscheduler-listen")
         self.received = 0
 
     def start(self) -> None:

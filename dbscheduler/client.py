@@ -7,7 +7,6 @@ is one autocommit write on the database's clock (a read follows only to explain 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,13 +21,14 @@ from ._store import StoreBase, decode_state, decode_state_safe, validate_name, w
 from .context import TaskInfo
 from .dialects import create_engine, db_now, db_now_plus, prepare_engine
 from .errors import TaskNotFound, TaskRunning
+from .logfields import engine_log
 from .runtime import once_at, runtime_row
 from .schedules import Schedule
 from .table import DEFAULT_TABLE
 
 __all__ = ["Client", "TaskCounts", "task_info"]
 
-log = logging.getLogger("dbscheduler.client")
+log = engine_log("dbscheduler.client")
 
 _CLIENT_LEASE = timedelta(seconds=30)
 """Connection timeouts of a client's own engine are sized as for a node with this lease."""

@@ -15,12 +15,13 @@ schedule's next regular occurrence, and gives every occurrence a fresh retry bud
 from __future__ import annotations
 
 import abc
-import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
 from dbscheduler.schedules.base import _as_timedelta, _show
+
+from .logfields import engine_log
 
 __all__ = [
     "MAX_RETRY_DELAY",
@@ -31,7 +32,7 @@ __all__ = [
     "NoRetry",
 ]
 
-logger = logging.getLogger("dbscheduler.failures")
+logger = engine_log("dbscheduler.failures")
 
 MAX_RETRY_DELAY: Final = timedelta(days=3650)
 """The longest retry delay any backoff returns (about ten years).

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Engine
 
 from ._execution import describe_error
+from .logfields import engine_thread
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -90,7 +91,7 @@ class _Check:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._action = action
-        threading.Thread(target=self._run, name="dbscheduler-health", daemon=True).start()
+        engine_thread(self._run, "dbscheduler-health").start()
 
     def _run(self) -> None:
         try:

@@ -12,17 +12,17 @@ A listener that raises is logged and never breaks the scheduler. Objects that do
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from .context import Status, TaskContext, TaskInfo
+from .logfields import engine_log
 
 __all__ = ["Listener", "Listeners", "Outcome"]
 
-log = logging.getLogger("dbscheduler.listeners")
+log = engine_log("dbscheduler.listeners")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ reports the same cluster values: aggregate them with ``max``, not ``sum``.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import weakref
@@ -47,11 +46,12 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
 from .context import TaskContext, TaskInfo
 from .listeners import Listener, Outcome
+from .logfields import engine_log
 
 __all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "MetricsServer", "PrometheusMetrics", "expose",
            "serve"]
 
-log = logging.getLogger("dbscheduler.metrics")
+log = engine_log("dbscheduler.metrics")
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                30.0, 60.0, 120.0, 300.0, 600.0)

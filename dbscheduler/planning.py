@@ -17,7 +17,6 @@ returns a :class:`Plan` the engine writes to the row (``next_process_at``, ``att
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, get_args
@@ -26,9 +25,11 @@ from dbscheduler.context import Status, TaskContext
 from dbscheduler.failures import FailureSettings
 from dbscheduler.schedules.base import Schedule, _add_clamped, _require_aware
 
+from .logfields import engine_log
+
 __all__ = ["Plan", "plan_next"]
 
-logger = logging.getLogger("dbscheduler.planning")
+logger = engine_log("dbscheduler.planning")
 
 _STATUSES: Final = frozenset(get_args(Status))
 

@@ -14,7 +14,6 @@ is and ``dbscheduler list`` marks it.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -23,13 +22,14 @@ from ._execution import TaskDef, TaskFunction
 from ._store import RuntimeRow, validate_name
 from ._store.state import encode_state
 from .failures import FailureSettings, NoRetry
+from .logfields import engine_log
 from .schedules import Dynamic, Once, Schedule, parse
 from .schedules.once import NEVER
 from .table import MAX_OPTIONS_LENGTH, MAX_SCHEDULE_LENGTH
 
 __all__ = ["Handlers", "finished_for_good", "runtime_row"]
 
-log = logging.getLogger("dbscheduler.runtime")
+log = engine_log("dbscheduler.runtime")
 
 KNOWN_OPTIONS: frozenset[str] = frozenset()
 """Execution options a runtime task may carry; none yet (they are stored as a JSON object so

@@ -6,7 +6,6 @@ It is thin: it validates, wires the engine's parts together, and delegates SQL t
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 import time
@@ -33,12 +32,13 @@ from .errors import TaskNotFound
 from .health import Health
 from .health import check as check_health
 from .listeners import Listeners
+from .logfields import about, engine_log, engine_thread, node_context
 from .runtime import Handlers
 from .table import DEFAULT_TABLE, split_table_name
 
 __all__ = ["Scheduler"]
 
-log = logging.getLogger("dbscheduler")
+log = engine_log("dbscheduler")
 
 F = TypeVar("F", bound=TaskFunction)
 
@@ -147,6 +147,10 @@ class Scheduler(Declarations, Operations):
         once. A wrong database name, user or password never waits.
         """
         wait_s = 0.0 if wait is None else duration(wait, "wait", allow_zero=True).total_seconds()
+        with node_context(self.node_id):  # the engine's threads and lines belong to this node
+            self._start(wait_s)
+
+    def _start(self, wait_s: float) -> None:
         with self._lock:
             if self._state != "new":
                 raise RuntimeError(
@@ -205,6 +209,10 @@ class Scheduler(Declarations, Operations):
         finish is then written as usual) or the process exits (the lease then expires): no
         other node starts the task while it still runs here.
         """
+        with node_context(self.node_id):
+            self._shutdown(timeout)
+
+    def _shutdown(self, timeout: float) -> None:
         while True:
             with self._lock:
                 state = self._state
@@ -237,7 +245,7 @@ class Scheduler(Declarations, Operations):
                 "they end (or this process exits): %s",
                 len(names), timeout, ", ".join(repr(n) for n in names),
             )
-            threading.Thread(target=self._drain, name="dbscheduler-drain", daemon=True).start()
+            engine_thread(self._drain, "dbscheduler-drain").start()
         with self._lock:
             self._state = "stopped"
         self._stopped.set()
@@ -334,11 +342,12 @@ class Scheduler(Declarations, Operations):
 
     def _lease_lost(self, ex: Execution) -> None:
         ex.ctx.stop_requested.set()
-        log.warning("task %r: lease lost (token %d); asking the execution to stop",
-                    ex.task.name, ex.token)
+        log.warning("lease lost; asking the execution to stop",
+                    extra=about(ex.task.name, ex.token))
         self._listeners.on_lease_lost(ex.ctx)
 
     def _cancelled(self, ex: Execution) -> None:
         ex.cancel_requested = True
         ex.ctx.stop_requested.set()
-        log.info("task %r: cancel requested; asking the execution to stop", ex.task.name)
+        log.info("cancel requested; asking the execution to stop",
+                 extra=about(ex.task.name, ex.token))

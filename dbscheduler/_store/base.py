@@ -7,7 +7,6 @@ writes SQL.
 
 from __future__ import annotations
 
-import logging
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,11 +19,12 @@ from sqlalchemy.engine import Connection, Engine
 from ..dialects import Dialect, autocommits, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
+from ..logfields import engine_log
 from ..table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 _T = TypeVar("_T")
 

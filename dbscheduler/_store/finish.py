@@ -17,7 +17,6 @@ being called refused.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from .. import _faultpoints
 from ..context import UNSET, Status, _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime
+from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .state import clean_text
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FinishWrite", "finish_batch"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 _CHUNK = 500
 """Rows per statement where a statement names rows one by one (read-backs)."""

@@ -9,7 +9,6 @@ take its rows over as soon as its leases expire.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from .. import _faultpoints
 from ..dialects import PickedRow, db_now, db_now_plus
 from ..dialects.types import to_utc
+from ..logfields import engine_log
 from .base import StoreBase
 from .finish import FinishWrite, finish_batch
 from .pick import pick_rows
@@ -32,7 +32,7 @@ from .state import clean_text
 
 __all__ = ["FinishWrite", "Picked", "PollState", "Store"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 SHAPE_CHECK_INTERVAL = 1.0
 """Seconds between two checks of the table's shape (count, max id) by one node."""

@@ -3,7 +3,6 @@ reconciled by reading back what it claimed."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import timedelta
@@ -14,6 +13,7 @@ from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
 from ..dialects import PickedRow
+from ..logfields import engine_log
 from .runtime import due_candidates, next_due_of
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["pick_rows", "unpick"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 
 def pick_rows(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,11 +9,12 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from .. import _faultpoints
+from ..logfields import engine_log
 from .base import StoreBase
 
 __all__ = ["Registration", "register"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 
 @dataclass(frozen=True)

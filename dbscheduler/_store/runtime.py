@@ -3,7 +3,6 @@ runtime task, and the fenced delete that ends a one-off job."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,11 +11,12 @@ import sqlalchemy as sa
 
 from .. import _faultpoints
 from ..dialects import db_now
+from ..logfields import engine_log
 from .base import StoreBase
 
 __all__ = ["UNION_LIMIT", "RuntimeRow", "due_candidates", "next_due_of", "write_runtime"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 UNION_LIMIT = 64
 """Up to this many handlers, the poll asks for each handler's earliest due time separately

@@ -9,7 +9,6 @@ errors apart. Everything else is plain SQLAlchemy Core shared by all backends.
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +23,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
+from ..logfields import engine_log
 from .types import UTCDateTime
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "driver_error", "insert_if_absent_statement",
 ]
 
-log = logging.getLogger("dbscheduler.dialects")
+log = engine_log("dbscheduler.dialects")
 
 PickedRow = Mapping[str, Any]
 """A picked row: every column with its value after the pick, plus ``prev_locked_by``,

@@ -13,7 +13,6 @@ Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)`
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
+from ..logfields import engine_log
 from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, first_int_arg
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
@@ -45,7 +45,7 @@ CANNOT_CONNECT = frozenset({2002, 2003, 2005, 2006, 2013})
 STARTING = frozenset({1040, 1053})
 """Too many connections; server shutdown in progress."""
 
-log = logging.getLogger("dbscheduler.dialects")
+log = engine_log("dbscheduler.dialects")
 
 
 class OldestFirstUpdate(Update):

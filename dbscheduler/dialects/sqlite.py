@@ -12,7 +12,6 @@ until it resumes or dies: SQLite is for one machine. Timestamps are ISO text in 
 from __future__ import annotations
 
 import json
-import logging
 import random
 import sqlite3
 import time
@@ -29,11 +28,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
+from ..logfields import engine_log
 from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
-log = logging.getLogger("dbscheduler.dialects.sqlite")
+log = engine_log("dbscheduler.dialects.sqlite")
 
 # strftime's %f gives milliseconds ("SS.SSS"); three zeros make the stored microsecond form.
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'"

@@ -5,7 +5,6 @@ hours run on real elapsed time)."""
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import re
 from collections.abc import Iterator
@@ -19,8 +18,10 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from dbscheduler.context import TaskContext
 from dbscheduler.schedules.base import _MAX_UTC, _SECOND, _UTC, Schedule, _require_aware
 
+from ..logfields import engine_log
+
 # The name the single-module ``dbscheduler.schedules`` used: log filters keep working.
-logger = logging.getLogger("dbscheduler.schedules")
+logger = engine_log("dbscheduler.schedules")
 
 _ALIASES: Final[dict[str, str]] = {
     "@yearly": "0 0 1 1 *",

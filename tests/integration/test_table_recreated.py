@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -87,5 +88,6 @@ def test_a_finish_refused_because_the_row_is_gone_says_so(
         assert started.wait(10)
         scheduler.delete("slow", force=True)
         assert finished.wait(10)
-    assert "the row of task 'slow' is gone (deleted, or the table was recreated)" in caplog.text
+    assert re.search(r"task='slow' token=\d+\] finish refused: the task's row is gone \(deleted, "
+                     r"or the table was recreated\)", caplog.text)
     assert "another node owns the row" not in caplog.text
