@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..client import Client
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
+from ..schedules import parse
 from .views import STATES, count_states, filter_tasks, paginate, upcoming
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "router"]
@@ -125,6 +126,21 @@ class RescheduleBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     at: AwareDatetime
+
+
+class ScheduleBody(BaseModel):
+    """A runtime task, as :meth:`Client.schedule` takes it; the schedule as stored text."""
+
+    model_config = ConfigDict(extra="forbid")
+    handler: str = Field(description="the handler that runs it (any node that has it)",
+                         examples=["send-report"])
+    schedule: str = Field(
+        description="'cron <expr> [<tz>]', 'fixed-rate <seconds>s', 'fixed-delay <seconds>s' "
+                    "or 'once <ISO 8601>' (what the task's `schedule` field shows)",
+        examples=["cron 0 8 * * 1-5 Europe/Berlin"])
+    data: Any = Field(default=None, description="JSON the handler receives as ctx.data")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="execution options (priority, group, …)")
 
 
 class BulkBody(BaseModel):
@@ -333,6 +349,22 @@ def reschedule(
     _action_path(request, "reschedule")
     client = client_of(request)
     client.reschedule(name, body.at)
+    return JSONResponse(_task(client, name))
+
+
+@router.put("/tasks/{name:path}", response_model=Task, responses=ERROR_RESPONSES,
+            summary="Create or update a runtime task")
+def put_task(request: Request, name: str, body: Annotated[ScheduleBody, Body()]) -> JSONResponse:
+    """``Client.schedule()``: create the runtime task, or give an existing row the new
+    handler, schedule, data and options (its counters kept; next time recomputed unless it
+    runs). 422 names the field that is wrong; nothing is written then."""
+    client = client_of(request)
+    try:
+        schedule = parse(body.schedule)
+    except ValueError as exc:
+        raise ValueError(f"schedule: {exc}") from None
+    client.schedule(name, body.handler, schedule, data=body.data, **body.options)
+    logger.info("task %r scheduled: handler %r, %s", name, body.handler, body.schedule)
     return JSONResponse(_task(client, name))
 
 

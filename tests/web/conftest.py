@@ -42,6 +42,7 @@ class Node:
     table: str
     slow_started: threading.Event = field(default_factory=threading.Event)
     slow_stopped: threading.Event = field(default_factory=threading.Event)
+    echoed: list[tuple[str, object]] = field(default_factory=list)
 
     def start_slow(self) -> None:
         """Make ``slow`` run now and wait until it runs."""
@@ -75,6 +76,10 @@ def make_node(url: str, table: str) -> Node:
 
     def broken(ctx: TaskContext) -> None:
         raise RuntimeError("upstream answered 503")
+
+    @scheduler.handler("echo")
+    def echo(ctx: TaskContext) -> None:
+        node.echoed.append((ctx.name, ctx.data))
 
     scheduler.add("nightly-report", lambda ctx: None,
                   schedule=Cron("0 3 * * *", tz="Europe/Berlin"))

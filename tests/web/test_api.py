@@ -250,8 +250,10 @@ def test_errors_are_json_with_a_code_and_a_message(node: Node, http: TestClient)
         assert response.status_code == 422, response.url
         assert response.json()["error"] == "invalid"
         assert "Traceback" not in response.text
-    assert http.put(path("cleanup")).status_code == 405
-    assert http.put(path("cleanup")).json()["error"] == "method_not_allowed"
+    assert http.patch(path("cleanup")).status_code == 405
+    assert http.patch(path("cleanup")).json()["error"] == "method_not_allowed"
+    no_body = http.put(path("cleanup"))
+    assert no_body.status_code == 422 and "Traceback" not in no_body.text
 
 
 @WITH_MARIADB
@@ -308,3 +310,56 @@ def test_metrics_serves_the_process_registry(node: Node, http: TestClient) -> No
         assert "dbscheduler_web_test_probe_total 3.0" in response.text
     finally:
         REGISTRY.unregister(counter)
+
+
+# -- runtime tasks ------------------------------------------------------------------------------
+
+
+@WITH_MARIADB
+def test_put_creates_and_updates_a_runtime_task_that_a_node_runs(
+    node: Node, http: TestClient
+) -> None:
+    name = "reports/customer 42 ✓"
+    created = http.put(path(name), json={
+        "handler": "echo", "schedule": "cron 0 8 * * 1-5 Europe/Berlin", "data": {"c": 42}})
+    assert created.status_code == 200, created.text
+    task = created.json()
+    assert (task["name"], task["handler"], task["data"], task["schedule"]) == (
+        name, "echo", {"c": 42}, "cron 0 8 * * 1-5 Europe/Berlin")
+    assert http.get(path(name)).json() == task
+
+    # Updating: new schedule and data, counters kept; a past one-off runs at once.
+    node.scheduler.reschedule(name, node.scheduler.client.db_now() + timedelta(hours=5))
+    attempts = node.scheduler.info(name).total_attempt
+    updated = http.put(path(name), json={
+        "handler": "echo", "schedule": "once 2020-01-01T00:00:00Z", "data": [1, "two"]})
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["total_attempt"] == attempts
+    wait_for(lambda: (name, [1, "two"]) in node.echoed, what="the node to run the new data")
+
+
+@WITH_MARIADB
+def test_put_with_bad_input_is_422_naming_the_field_and_writes_nothing(
+    node: Node, http: TestClient
+) -> None:
+    before = http.get("/api/tasks").json()["total"]
+    cases = [
+        ({"handler": "echo", "schedule": "weekly on mondays"}, "schedule"),
+        ({"handler": "echo", "schedule": "dynamic app.next_time"}, "schedule"),
+        ({"handler": "echo", "schedule": "cron 61 * * * *"}, "schedule"),
+        ({"handler": "echo", "schedule": "fixed-rate 0s"}, "schedule"),
+        ({"handler": "", "schedule": "fixed-rate 60s"}, "handler"),
+        ({"handler": "echo", "schedule": "fixed-rate 60s", "data": "x" * 1_100_000}, "data"),
+        ({"handler": "echo", "schedule": "fixed-rate 60s", "color": "red"}, "color"),
+        ({"schedule": "fixed-rate 60s"}, "handler"),
+    ]
+    for body, field in cases:
+        answer = http.put(path("new-one"), json=body)
+        assert answer.status_code == 422, (body, answer.text)
+        error = answer.json()
+        assert error["error"] in ("invalid", "validation_error"), error
+        assert field in error["message"], (field, error)
+    assert http.put(path("x" * 300), json={"handler": "echo",
+                                           "schedule": "fixed-rate 60s"}).status_code == 422
+    assert http.get("/api/tasks").json()["total"] == before
+    assert http.get(path("new-one")).status_code == 404
