@@ -8,7 +8,6 @@ The database side is in :mod:`tests.chaos.freeze_db`.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.freeze_db import describe_rows, lock_holders
+from tests.harness.node import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the nodes run from it."""
@@ -146,7 +146,7 @@ class Nodes:
     def events(self) -> Events:
         out: Events = []
         for path in sorted(self.workdir.glob("*.jsonl")):
-            out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            out += read_events(path)
         return sorted(out, key=lambda e: e["t"])
 
     def stderr(self, node: str) -> str:

@@ -7,7 +7,6 @@ the bookkeeping of the faults it injects.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.harness.node import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,9 +124,7 @@ class Cluster:
         """Every node's events, ordered by time."""
         out: list[dict[str, Any]] = []
         for path in sorted(self.workdir.glob("*.jsonl")):
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    out.append(json.loads(line))
+            out += read_events(path)
         return sorted(out, key=lambda e: e["t"])
 
     def stderr(self, node: str) -> str:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dbscheduler import (
@@ -34,6 +35,21 @@ from dbscheduler import (
 _real_time = time.time
 """The machine's wall clock, kept before ``--skew-wall`` may shift ``time.time``: events are
 always stamped with it, so the logs of every node share one clock."""
+
+
+def read_events(path: Path | str) -> list[dict[str, Any]]:
+    """The complete lines of an event log (none if it does not exist yet).
+
+    A reader can see a line that a node is still writing (reads and writes of a file are not
+    atomic with respect to each other): a last line without its newline is left for the next
+    read.
+    """
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 class EventLog:

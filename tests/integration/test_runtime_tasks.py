@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 from dbscheduler import Client, FixedRate
 from dbscheduler.errors import TaskNotFound
 from dbscheduler.migrate import upgrade
+from tests.harness.node import read_events
 
 NODE = Path(__file__).with_name("runtime_node.py")
 
@@ -42,9 +42,7 @@ def cluster(db_url: str, table_name: str, tmp_path: Path) -> Iterator[tuple[Clie
 
 
 def runs(out: Path) -> list[dict[str, object]]:
-    if not out.exists():
-        return []
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    return read_events(out)
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness.node import read_events
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,9 +22,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_events(path)
 
 
 def _first(events: list[dict[str, Any]], node: str, event: str) -> dict[str, Any] | None:
