@@ -188,7 +188,7 @@ class Scheduler(Declarations, Operations):
         self._poller.start()
         with self._lock:
             self._state = "running"
-        log.info("node %s started with %d task(s) on %s", node, len(self._tasks), self)
+        log.info("started with %d task(s) on %s", len(self._tasks), self)
 
     def _prepare(self, wait: float) -> None:
         """Create/check the table and register the tasks, waiting up to ``wait`` seconds for a
@@ -249,7 +249,7 @@ class Scheduler(Declarations, Operations):
         with self._lock:
             self._state = "stopped"
         self._stopped.set()
-        log.info("node %s stopped", self.node_id)
+        log.info("stopped")
 
     def _release(self, executions: list[Execution], why: str) -> None:
         """Give back the leases of executions that will not write a finish."""
@@ -269,7 +269,7 @@ class Scheduler(Declarations, Operations):
         assert self._executor is not None
         self._executor.wait(None)
         self._stop_engine()
-        log.info("node %s: the last execution still running at shutdown ended", self.node_id)
+        log.info("the last execution still running at shutdown ended")
 
     def _stop_engine(self) -> None:
         assert self._executor and self._finisher and self._heartbeat
@@ -287,7 +287,8 @@ class Scheduler(Declarations, Operations):
         previous: dict[signal.Signals, Any] = {}
 
         def handle(signum: int, frame: FrameType | None) -> None:
-            log.info("received %s; shutting down", signal.Signals(signum).name)
+            log.info("received %s; shutting down", signal.Signals(signum).name,
+                     extra={"node": self.node_id})
             threading.Thread(
                 target=self.shutdown, args=(shutdown_timeout,), name="dbscheduler-shutdown"
             ).start()

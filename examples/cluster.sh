@@ -85,7 +85,10 @@ node_that_just_started() {
 
 start=$SECONDS
 killed=no
-while (( SECONDS - start < duration )); do
+# Runs for the duration, and on until the kill was shown (a slow machine may need longer for
+# the nodes to start), but never more than four times the duration.
+kill_pending() { [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start < 4 * duration )); }
+while (( SECONDS - start < duration )) || kill_pending; do
     sleep "$list_every"
     if [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start >= kill_after )); then
         victim=$(node_that_just_started)

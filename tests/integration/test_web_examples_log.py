@@ -53,4 +53,4 @@ def test_task_output_of_the_web_examples_is_shown(
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert line in proc.stderr, proc.stderr
-    assert "dbscheduler: node " in proc.stderr  # the library's own INFO lines too
+    assert "dbscheduler: [node=" in proc.stderr  # the library's own INFO lines too
