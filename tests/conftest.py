@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from dbscheduler import Scheduler
 from tests.databases import drop_table, find, required, unique_table
+from tests.servers_lock import servers_lock
 
 SERVER_BACKENDS = ("postgresql", "mysql")
 EXTRA_BACKENDS = ("mssql", "oracle")
@@ -23,6 +24,27 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--chaos-long", action="store_true",
                      help="run the long fault-injection suite (>= 10 minutes)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The chaos scenarios start every backend of a scenario at once from its first test: they
+    # all run on one worker, in order (pytest-xdist's --dist loadgroup).
+    for item in items:
+        if item.nodeid.startswith("tests/chaos/"):
+            item.add_marker(pytest.mark.xdist_group("chaos"))
+
+
+@pytest.fixture(autouse=True)
+def _servers_lock(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist, a test that restarts the database servers runs while no other
+    worker runs a test (see tests/servers_lock.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        yield
+        return
+    exclusive = request.node.get_closest_marker("restarts_servers") is not None
+    with servers_lock(tmp_path_factory.getbasetemp().parent, exclusive):
+        yield
 
 
 def backend_url(backend: str, tmp_path: Path) -> str:

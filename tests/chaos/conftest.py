@@ -121,6 +121,27 @@ def pytest_runtest_makereport(
     return report
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its figures to the controller, which prints the summary.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        figures = _figures(session.config)
+        output["chaos_figures"] = json.dumps({"rows": figures.rows,
+                                              "outcomes": figures.outcomes,
+                                              "started": figures.started})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    sent = getattr(node, "workeroutput", {}).get("chaos_figures")
+    if sent:
+        received = json.loads(sent)
+        figures = _figures(node.config)
+        figures.rows += received["rows"]
+        figures.outcomes.update(received["outcomes"])
+        figures.started = min(figures.started, received["started"])
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     figures = _figures(config)
     if not figures.rows:

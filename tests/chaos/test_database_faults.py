@@ -111,6 +111,7 @@ def database_restart(env: Env) -> Report:
 
 
 @SERVERS
+@pytest.mark.restarts_servers
 def test_database_restarts_while_tasks_run(
     backend: str, chaos_runner: Runner, request: pytest.FixtureRequest, record: Record
 ) -> None:
