@@ -26,14 +26,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run the long fault-injection suite (>= 10 minutes)")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The chaos scenarios start every backend of a scenario at once from its first test: they
-    # all run on one worker, in order (pytest-xdist's --dist loadgroup).
-    for item in items:
-        if item.nodeid.startswith("tests/chaos/"):
-            item.add_marker(pytest.mark.xdist_group("chaos"))
-
-
 @pytest.fixture(autouse=True)
 def _servers_lock(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
