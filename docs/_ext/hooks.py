@@ -96,7 +96,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
         meaning = "success" if status.startswith("2") else _cell(response["description"])
         out.append(f"| {status} | {meaning} | {shown} |")
     if common:
-        out.append(f"| {', '.join(sorted(common))} | [the common errors](#apierror) | "
+        out.append(f"| {', '.join(sorted(common))} | [the common errors](#errors) | "
                    f"[`ApiError`](#apierror) |")
     out.append("")
     return out

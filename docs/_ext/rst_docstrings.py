@@ -96,10 +96,10 @@ def _public_path(path: str, scope: griffe.Object) -> str | None:
         found = package.get_member(path.split(".", 1)[1]) if "." in path else package
     except (KeyError, ValueError, griffe.AliasResolutionError):
         return None
-    canonical = found.canonical_path if not found.is_alias else found.target_path
+    canonical = _target(found)
     for name, member in package.members.items():
         try:
-            target = member.target_path if member.is_alias else member.path
+            target = _target(member)
         except griffe.AliasResolutionError:
             continue
         if target == canonical and not name.startswith("_"):
@@ -107,6 +107,11 @@ def _public_path(path: str, scope: griffe.Object) -> str | None:
         if canonical.startswith(f"{target}.") and not name.startswith("_") and member.is_alias:
             return f"{package.name}.{name}{canonical[len(target):]}"
     return canonical
+
+
+def _target(obj: griffe.Object | griffe.Alias) -> str:
+    """The path of the object itself: an alias's target, or the object's own path."""
+    return obj.target_path if isinstance(obj, griffe.Alias) else obj.canonical_path
 
 
 def _blocks(text: str) -> str:

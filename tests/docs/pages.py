@@ -14,8 +14,10 @@ A page's steps run in one Python namespace, top to bottom, as a reader would typ
 * an HTML comment ``<!-- test`` … ``-->`` holds hidden Python run at that point: set-up a
   reader does not need to see (a stand-in for their own function) and checks of what the
   example did;
-* ``<!-- test-shell: interrupt=4 -->`` before a shell block sends Ctrl-C (SIGINT) to each of
-  its commands after 4 seconds, for commands that run until stopped; they must then exit 0.
+* ``<!-- test-shell: ready=started_with interrupt=4 -->`` before a shell block sends Ctrl-C
+  (SIGINT) to each of its commands 4 seconds after it printed "started with" (``_`` stands
+  for a space; without ``ready``, 4 seconds after it started), for commands that run until
+  stopped; they must then exit as the page says (0 unless ``echo $?`` says otherwise).
 
 Server URLs in examples are placeholders (``PLACEHOLDERS``) that the test replaces with a
 fresh database on the test server.
@@ -34,6 +36,9 @@ PLACEHOLDERS = {
     "postgresql": "postgresql+psycopg://app@db/app",
     "mysql": "mysql+pymysql://app@db/app",
 }
+
+UNREACHABLE = "postgresql+psycopg://app@127.0.0.1:1/app"
+"""A server URL examples may use to show what happens when the database does not answer."""
 
 NOT_RUN = (
     "pip ", "python3 -m venv", "python -m venv", ".venv/bin/pip", "alembic ", "uvicorn ",
@@ -106,5 +111,5 @@ def pages_with_steps() -> list[Path]:
 
 def backends(page: Path) -> list[str]:
     """The server databases a page's examples use (by their placeholder URLs)."""
-    text = page.read_text()
-    return [name for name, url in PLACEHOLDERS.items() if url in text]
+    code = "\n".join(step.code for step in steps(page))
+    return [name for name, url in PLACEHOLDERS.items() if url in code]

@@ -1,8 +1,9 @@
-"""Run the examples of one documentation page: ``python -m tests.docs.run_page PAGE``.
+"""Run the examples of documentation pages: ``python -m tests.docs.run_page JOBS RESULTS``.
 
-Started by ``tests/docs/test_examples.py`` in a fresh working directory, with
-``DOCS_URLS`` (a JSON object: placeholder URL -> the test database's URL). Exits 0 when every
-step ran as the page says; otherwise prints the failing step's page and line and exits 1.
+Started by ``tests/docs/test_examples.py``. Each page runs in a process of its own, forked
+from this one once the library is imported, in an empty working directory, with its server
+placeholders mapped to the test databases; its output says which step failed, at which line
+of the page.
 """
 
 from __future__ import annotations
@@ -13,20 +14,31 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from tests.docs.pages import NOT_RUN, PLACEHOLDERS, Step, steps
+from tests.docs.pages import NOT_RUN, PLACEHOLDERS, UNREACHABLE, Step, steps
 
+PARALLEL = 4
+PAGE_TIMEOUT = 120.0
 SERVER_URL = re.compile(r"\b(?:postgres(?:ql)?|mysql|mariadb|mssql|oracle)[\w+]*://[^\s\"'`]+")
 
 
 class StepFailed(Exception):
     pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class Page:
@@ -42,9 +54,11 @@ class Page:
     def rewrite(self, code: str, step: Step) -> str:
         for placeholder, url in self.urls.items():
             code = code.replace(placeholder, url)
+        if "--port 8080" in code:  # a server a page starts must not need a port in use
+            code = code.replace("--port 8080", f"--port {free_port()}")
         for found in SERVER_URL.findall(code):
             found = found.rstrip(".,:;)")
-            if found not in self.urls.values() and found not in PLACEHOLDERS.values():
+            if found not in (*self.urls.values(), *PLACEHOLDERS.values(), UNREACHABLE):
                 raise StepFailed(f"{found!r} is not a placeholder URL of tests/docs/pages.py: "
                                  "examples must use those, so that they run on the test servers")
         return code
@@ -88,10 +102,12 @@ class Page:
                 continue
             commands.append((line, 0))
         interrupt = float(step.options["interrupt"]) if "interrupt" in step.options else None
+        ready = step.options.get("ready", "").replace("_", " ") or None
         for command, status in commands:
-            self.command(command, status, interrupt)
+            self.command(command, status, interrupt, ready)
 
-    def command(self, command: str, status: int, interrupt: float | None) -> None:
+    def command(self, command: str, status: int, interrupt: float | None,
+                ready: str | None = None) -> None:
         if command.startswith(NOT_RUN):
             return
         words = shlex.split(command)
@@ -127,17 +143,30 @@ class Page:
         if background:
             self.background.append((command, proc))
             return
+        out = proc.stdout
+        assert out is not None
+        lines: list[bytes] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")))
+        reader.start()
         if interrupt is not None:
+            # Ctrl-C once the program is up (it printed `ready`), `interrupt` seconds later:
+            # a signal that comes while it still imports would only show a traceback.
+            deadline = time.monotonic() + 60
+            while ready and not any(ready.encode() in line for line in lines):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             try:
                 proc.wait(timeout=interrupt)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGINT)
         try:
-            out, _ = proc.communicate(timeout=60)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             raise StepFailed(f"{command!r} did not end within 60 s") from None
-        sys.stderr.write((out or b"").decode(errors="replace"))
+        reader.join()
+        sys.stderr.write(b"".join(lines).decode(errors="replace"))
         if proc.returncode != status:
             raise StepFailed(f"{command!r} exited {proc.returncode}, the page says {status}")
 
@@ -176,10 +205,10 @@ class Page:
                 value.shutdown(timeout=5)
 
 
-def main() -> int:
-    path = Path(sys.argv[1])
+def run(path: Path, urls: dict[str, str]) -> int:
+    """Run every step of the page at ``path`` in the working directory; 0 when all passed."""
     sys.path.insert(0, os.getcwd())
-    page = Page(path, json.loads(os.environ.get("DOCS_URLS", "{}")))
+    page = Page(path, urls)
     current: Step | None = None
     try:
         for current in steps(path):
@@ -189,6 +218,8 @@ def main() -> int:
                   f"{time.monotonic() - started:.2f}s", file=sys.stderr, flush=True)
         current = None
         page.stop_background()
+        page.stop_schedulers()
+        return 0
     except BaseException as exc:
         where = f"{path}:{current.line} ({current.kind} block)" if current else str(path)
         if isinstance(exc, StepFailed):
@@ -199,13 +230,63 @@ def main() -> int:
         for _, proc in page.background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-        sys.stderr.flush()
-        os._exit(1)
-    finally:
-        page.stop_schedulers()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # a thread an example left running must not keep the page's process alive
+        return 1
+
+
+def fork_page(job: dict[str, Any], workdir: Path) -> tuple[int, Path]:
+    """Run one page in a child process of this one (forked: the imports are done once)."""
+    output = workdir.with_suffix(".log")
+    pid = os.fork()
+    if pid == 0:  # the child: its own directory, output and namespace
+        code = 1
+        try:
+            os.chdir(workdir)
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            code = run(Path(job["page"]), job["urls"])
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # no thread an example left running may keep the child alive
+    return pid, output
+
+
+def main() -> None:
+    """``python -m tests.docs.run_page JOBS RESULTS``: run the pages of the JSON list JOBS
+    (``[{"page": path, "urls": {placeholder: url}}]``), ``PARALLEL`` at a time, and write
+    ``{page: {"returncode": n, "output": text}}`` to RESULTS."""
+    jobs = json.loads(Path(sys.argv[1]).read_text())
+    # Imported once here, before forking, instead of once per page.
+    import dbscheduler.cli
+    import dbscheduler.testing  # noqa: F401
+
+    results: dict[str, dict[str, Any]] = {}
+    running: dict[int, tuple[str, Path, float]] = {}
+    pending = list(jobs)
+    with tempfile.TemporaryDirectory(prefix="docs-") as tmp:
+        while pending or running:
+            while pending and len(running) < PARALLEL:
+                job = pending.pop(0)
+                workdir = Path(tmp) / f"page{len(pending)}"
+                workdir.mkdir()
+                pid, output = fork_page(job, workdir)
+                running[pid] = (job["page"], output, time.monotonic() + PAGE_TIMEOUT)
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                for child, (_, _, deadline) in running.items():
+                    if time.monotonic() > deadline:
+                        os.kill(child, signal.SIGKILL)
+                time.sleep(0.02)
+                continue
+            page, output, deadline = running.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            text = output.read_text(errors="replace") if output.exists() else ""
+            if time.monotonic() > deadline:
+                text += f"\nthe page's examples did not end within {PAGE_TIMEOUT} s"
+            took = time.monotonic() - deadline + PAGE_TIMEOUT
+            results[page] = {"returncode": code, "output": text, "seconds": round(took, 2)}
+    Path(sys.argv[2]).write_text(json.dumps(results))
 
 
 if __name__ == "__main__":

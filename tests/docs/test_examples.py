@@ -1,9 +1,13 @@
 """Every example of the documentation runs, as shown, on the databases it names.
 
-Each page with runnable steps (see ``tests/docs/pages.py`` for what runs and how) runs in a
+Each page with runnable steps (``tests/docs/pages.py`` says what runs and how) runs in a
 process of its own, in an empty working directory. A page whose examples use the PostgreSQL
 or MySQL placeholder URL gets a database of its own on that test server, dropped afterwards;
 without the server it is skipped, or fails when ``DBSCHEDULER_REQUIRE_DATABASES`` names it.
+
+The selected pages run four at a time, the longest first (most of their time is spent
+waiting for tasks to fall due), forked by one runner process that imports the library once;
+each page is still its own test.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,14 +33,22 @@ ROOT = DOCS.parent
 PAGES = pages_with_steps()
 
 
+class NoServer(Exception):
+    """The page needs a database server the tests cannot reach."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    output: str
+
+
 @contextmanager
 def fresh_database(backend: str) -> Iterator[str]:
     """A URL of a new, empty database on the test server of ``backend``; dropped after."""
     found = find(backend)
     if found.url is None:
-        if backend in required():
-            pytest.fail(f"DBSCHEDULER_REQUIRE_DATABASES names {backend}, but {found.reason}")
-        pytest.skip(found.reason)
+        raise NoServer(backend, found.reason)
     server = sa.engine.make_url(found.url)
     name = f"docs_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
@@ -49,24 +63,68 @@ def fresh_database(backend: str) -> Iterator[str]:
         admin.dispose()
 
 
-def test_every_page_with_examples_is_found() -> None:
-    names = {p.relative_to(DOCS).as_posix() for p in PAGES}
-    assert {"getting-started/index.md", "getting-started/postgresql.md"} <= names
+def weight(page: Path) -> int:
+    """A rough guess of how long a page's examples take: commands that run until stopped,
+    servers, then the number of steps."""
+    text = page.read_text()
+    return (100 * text.count("<!-- test-shell:") + 50 * text.count(" &\n")
+            + 20 * len(backends(page)) + len(steps(page)))
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
-def test_page_examples_run(page: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest) -> dict[Path, Outcome | NoServer]:
+    """Run the selected pages (one process forking a child per page), each with fresh
+    databases for the servers it names."""
+    selected = [Path(str(item.callspec.params["page"])) for item in request.session.items
+                if isinstance(item, pytest.Function) and item.module is request.module
+                and hasattr(item, "callspec")]
+    out: dict[Path, Outcome | NoServer] = {}
     with ExitStack() as stack:
-        urls = {PLACEHOLDERS[b]: stack.enter_context(fresh_database(b)) for b in backends(page)}
-        env = {**os.environ, "DOCS_URLS": json.dumps(urls),
+        jobs: list[dict[str, str | dict[str, str]]] = []
+        for page in selected:
+            try:
+                urls = {PLACEHOLDERS[b]: stack.enter_context(fresh_database(b))
+                        for b in backends(page)}
+            except NoServer as exc:
+                out[page] = exc
+                continue
+            jobs.append({"page": str(page), "urls": urls})
+        jobs.sort(key=lambda job: -weight(Path(str(job["page"]))))  # the longest first
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="docs-jobs-")))
+        (tmp / "jobs.json").write_text(json.dumps(jobs))
+        env = {**os.environ,
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         env.pop("DBSCHEDULER_URL", None)
         env.pop("DBSCHEDULER_TABLE", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.docs.run_page", str(page)],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+            [sys.executable, "-m", "tests.docs.run_page", str(tmp / "jobs.json"),
+             str(tmp / "results.json")],
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
         )
-    assert proc.returncode == 0, (
+        assert proc.returncode == 0, f"the page runner failed:\n{proc.stdout}{proc.stderr}"
+        results = json.loads((tmp / "results.json").read_text())
+        took = {Path(p).relative_to(DOCS).as_posix(): r["seconds"] for p, r in results.items()}
+        print("docs examples, seconds per page:", took)
+    for job in jobs:
+        result = results[job["page"]]
+        out[Path(str(job["page"]))] = Outcome(result["returncode"], result["output"])
+    return out
+
+
+def test_every_page_with_examples_is_found() -> None:
+    names = {p.relative_to(DOCS).as_posix() for p in PAGES}
+    assert {"index.md", "getting-started/index.md", "getting-started/postgresql.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
+def test_page_examples_run(page: Path, outcomes: dict[Path, Outcome | NoServer]) -> None:
+    outcome = outcomes[page]
+    if isinstance(outcome, NoServer):
+        backend, reason = outcome.args
+        if backend in required():
+            pytest.fail(f"DBSCHEDULER_REQUIRE_DATABASES names {backend}, but {reason}")
+        pytest.skip(reason)
+    assert outcome.returncode == 0, (
         f"the examples of docs/{page.relative_to(DOCS)} ({len(steps(page))} steps) failed:\n"
-        f"{proc.stdout}{proc.stderr}"
+        f"{outcome.output}"
     )
