@@ -10,10 +10,8 @@ anchor, those that the generated pages (API, CLI, REST) add included.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -31,15 +29,11 @@ ROOT = DOCS.parent
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-         "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
+def site(site_build: tuple[subprocess.Popen[str], Path]) -> Path:
+    """The site built by ``mkdocs build --strict`` (started by tests/docs/conftest.py)."""
+    proc, out = site_build
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{output}"
     return out
 
 
