@@ -9,9 +9,11 @@ of the page.
 from __future__ import annotations
 
 import doctest
+import importlib
 import json
 import os
 import re
+import runpy
 import shlex
 import signal
 import socket
@@ -22,7 +24,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tests.docs.pages import NOT_RUN, PLACEHOLDERS, UNREACHABLE, Step, steps
 
@@ -41,13 +43,75 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class Forked:
+    """A command run in a child forked from this process instead of a new interpreter: the
+    same program, without importing the library again. ``args`` is what follows the
+    interpreter on its command line: ``-m dbscheduler ARGS`` or ``SCRIPT ARGS``; the child is
+    the leader of a session of its own, like ``Popen(start_new_session=True)``."""
+
+    def __init__(self, args: list[str], env: dict[str, str], stdout: BinaryIO | None) -> None:
+        read, write = os.pipe() if stdout is None else (-1, stdout.fileno())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(write, 1)
+                os.dup2(write, 2)
+                os.environ.clear()
+                os.environ.update(env)
+                code = self._main(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.returncode: int | None = None
+        self.stdout: BinaryIO | None = None
+        if read != -1:
+            os.close(write)
+            self.stdout = os.fdopen(read, "rb")
+
+    @staticmethod
+    def _main(args: list[str]) -> int:
+        if args[:2] == ["-m", "dbscheduler"]:
+            from dbscheduler.cli import main
+
+            sys.argv = ["dbscheduler", *args[2:]]
+            main(args[2:])
+            return 0
+        sys.argv = list(args)
+        runpy.run_path(args[0], run_name="__main__")
+        return 0
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(0.02)
+        return code
+
+
 class Page:
     def __init__(self, path: Path, urls: dict[str, str]) -> None:
         self.path = path
         self.urls = urls
         self.namespace: dict[str, Any] = {"__name__": "__main__"}
         self.env = dict(os.environ)
-        self.background: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.background: list[tuple[str, subprocess.Popen[bytes] | Forked]] = []
         # Hidden steps reach the commands started with `&` (to kill one, say) by this name.
         self.namespace["__background__"] = self.background
 
@@ -137,9 +201,12 @@ class Page:
             raise StepFailed(f"the docs show {command!r}, which no test runs: run it (a "
                              "dbscheduler or python command) or list it in NOT_RUN")
         print(f"$ {command}", file=sys.stderr, flush=True)
-        proc = subprocess.Popen(argv, env=env, stdout=stdout or subprocess.PIPE,
-                                stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc: subprocess.Popen[bytes] | Forked
+        if threading.active_count() == 1:  # forking is safe: no other thread holds a lock
+            proc = Forked(argv[1:], env, stdout)
+        else:
+            proc = subprocess.Popen(argv, env=env, stdout=stdout or subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         if background:
             self.background.append((command, proc))
             return
@@ -257,9 +324,10 @@ def main() -> None:
     (``[{"page": path, "urls": {placeholder: url}}]``), ``PARALLEL`` at a time, and write
     ``{page: {"returncode": n, "output": text}}`` to RESULTS."""
     jobs = json.loads(Path(sys.argv[1]).read_text())
-    # Imported once here, before forking, instead of once per page.
-    import dbscheduler.cli
-    import dbscheduler.testing  # noqa: F401
+    # Imported once here, before forking, instead of once per page and command.
+    for module in ("dbscheduler.cli", "dbscheduler.testing", "dbscheduler.web.app",
+                   "fastapi.testclient", "uvicorn", "prometheus_client"):
+        importlib.import_module(module)
 
     results: dict[str, dict[str, Any]] = {}
     running: dict[int, tuple[str, Path, float]] = {}
