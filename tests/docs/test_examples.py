@@ -16,17 +16,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from tests.databases import find, required
+from tests.docs.conftest import exclusive, finish_build, shared_dir, start_build
 from tests.docs.pages import DOCS, PLACEHOLDERS, backends, pages_with_steps, steps
 
 ROOT = DOCS.parent
@@ -35,12 +35,6 @@ PAGES = pages_with_steps()
 
 class NoServer(Exception):
     """The page needs a database server the tests cannot reach."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    returncode: int
-    output: str
 
 
 @contextmanager
@@ -71,44 +65,62 @@ def weight(page: Path) -> int:
             + 20 * len(backends(page)) + len(steps(page)))
 
 
-@pytest.fixture(scope="module")
-def outcomes(request: pytest.FixtureRequest) -> dict[Path, Outcome | NoServer]:
-    """Run the selected pages (one process forking a child per page), each with fresh
-    databases for the servers it names."""
-    selected = [Path(str(item.callspec.params["page"])) for item in request.session.items
-                if isinstance(item, pytest.Function) and item.module is request.module
-                and hasattr(item, "callspec")]
-    out: dict[Path, Outcome | NoServer] = {}
+def run_pages(pages: list[Path], directory: Path) -> dict[str, dict[str, Any]]:
+    """Run ``pages`` (one process forking a child per page), each with fresh databases for
+    the servers it names: ``{page: {"returncode", "output", "seconds"} or {"skip", ...}}``."""
+    out: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
-        jobs: list[dict[str, str | dict[str, str]]] = []
-        for page in selected:
+        jobs: list[dict[str, Any]] = []
+        for page in pages:
             try:
                 urls = {PLACEHOLDERS[b]: stack.enter_context(fresh_database(b))
                         for b in backends(page)}
             except NoServer as exc:
-                out[page] = exc
+                out[str(page)] = {"skip": exc.args[1], "backend": exc.args[0]}
                 continue
             jobs.append({"page": str(page), "urls": urls})
-        jobs.sort(key=lambda job: -weight(Path(str(job["page"]))))  # the longest first
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="docs-jobs-")))
-        (tmp / "jobs.json").write_text(json.dumps(jobs))
+        jobs.sort(key=lambda job: -weight(Path(job["page"])))  # the longest first
+        (directory / "jobs.json").write_text(json.dumps(jobs))
         env = {**os.environ,
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         env.pop("DBSCHEDULER_URL", None)
         env.pop("DBSCHEDULER_TABLE", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.docs.run_page", str(tmp / "jobs.json"),
-             str(tmp / "results.json")],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
+            [sys.executable, "-m", "tests.docs.run_page", str(directory / "jobs.json"),
+             str(directory / "results.json")],
+            cwd=directory, env=env, capture_output=True, text=True, timeout=600,
         )
         assert proc.returncode == 0, f"the page runner failed:\n{proc.stdout}{proc.stderr}"
-        results = json.loads((tmp / "results.json").read_text())
-        took = {Path(p).relative_to(DOCS).as_posix(): r["seconds"] for p, r in results.items()}
-        print("docs examples, seconds per page:", took)
-    for job in jobs:
-        result = results[job["page"]]
-        out[Path(str(job["page"]))] = Outcome(result["returncode"], result["output"])
+        out.update(json.loads((directory / "results.json").read_text()))
+    took = {Path(p).relative_to(DOCS).as_posix(): r.get("seconds") for p, r in out.items()}
+    print("docs examples, seconds per page:", took)
     return out
+
+
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The results of every selected page, made by the first worker that needs them."""
+    items = [item for item in request.session.items if isinstance(item, pytest.Function)]
+    pages = [Path(str(item.callspec.params["page"])) for item in items
+             if item.module is request.module and hasattr(item, "callspec")]
+    site_selected = any(item.module is not None and item.module.__name__.endswith("test_site")
+                        for item in items)
+    shared = shared_dir(tmp_path_factory)
+    with exclusive(shared):
+        recorded = shared / "examples.json"
+        if recorded.exists():
+            results: dict[str, dict[str, Any]] = json.loads(recorded.read_text())
+            return results
+        build = start_build(shared) if site_selected and not (shared / "site.json").exists() \
+            else None
+        try:
+            results = run_pages(pages, shared)
+        finally:
+            if build is not None:
+                finish_build(shared, build)
+        recorded.write_text(json.dumps(results))
+        return results
 
 
 def test_every_page_with_examples_is_found() -> None:
@@ -117,14 +129,14 @@ def test_every_page_with_examples_is_found() -> None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
-def test_page_examples_run(page: Path, outcomes: dict[Path, Outcome | NoServer]) -> None:
-    outcome = outcomes[page]
-    if isinstance(outcome, NoServer):
-        backend, reason = outcome.args
-        if backend in required():
-            pytest.fail(f"DBSCHEDULER_REQUIRE_DATABASES names {backend}, but {reason}")
-        pytest.skip(reason)
-    assert outcome.returncode == 0, (
+def test_page_examples_run(page: Path, outcomes: dict[str, dict[str, Any]]) -> None:
+    outcome = outcomes[str(page)]
+    if "skip" in outcome:
+        if outcome["backend"] in required():
+            pytest.fail(f"DBSCHEDULER_REQUIRE_DATABASES names {outcome['backend']}, "
+                        f"but {outcome['skip']}")
+        pytest.skip(outcome["skip"])
+    assert outcome["returncode"] == 0, (
         f"the examples of docs/{page.relative_to(DOCS)} ({len(steps(page))} steps) failed:\n"
-        f"{outcome.output}"
+        f"{outcome['output']}"
     )

@@ -10,8 +10,8 @@ anchor, those that the generated pages (API, CLI, REST) add included.
 from __future__ import annotations
 
 import inspect
+import json
 import re
-import subprocess
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,18 +23,24 @@ import dbscheduler
 from dbscheduler import Client, Scheduler
 from dbscheduler.metrics import PrometheusMetrics
 from dbscheduler.web import create_app
+from tests.docs.conftest import exclusive, finish_build, shared_dir, start_build
 from tests.docs.pages import DOCS
 
 ROOT = DOCS.parent
 
 
 @pytest.fixture(scope="module")
-def site(site_build: tuple[subprocess.Popen[str], Path]) -> Path:
-    """The site built by ``mkdocs build --strict`` (started by tests/docs/conftest.py)."""
-    proc, out = site_build
-    output, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{output}"
-    return out
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built by ``mkdocs build --strict``: while the examples ran, or now."""
+    shared = shared_dir(tmp_path_factory)
+    with exclusive(shared):
+        recorded = shared / "site.json"
+        if recorded.exists():
+            result = json.loads(recorded.read_text())
+        else:
+            result = finish_build(shared, start_build(shared))
+    assert result["returncode"] == 0, f"mkdocs build --strict failed:\n{result['output']}"
+    return Path(result["site"])
 
 
 class Links(HTMLParser):
