@@ -17,8 +17,10 @@ from ._store import FinishWrite, Store, encode_state
 from .client import task_info
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
+from .options import jittered
 from .planning import plan_next
 from .runtime import finished_for_good
+from .schedules.once import NEVER
 
 __all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher"]
 
@@ -269,4 +271,6 @@ def _plan(
         error = truncate(f"schedule failed: {describe_error(exc)}")
         log.error("task %r: %s; next try in %s", task.name, error, SCHEDULE_FAILURE_RETRY)
         return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
+    if next_at_override is None:  # the task's own choice is taken as it is
+        return jittered(plan.next_at, task.options, NEVER), plan.attempt, None
     return plan.next_at, plan.attempt, None

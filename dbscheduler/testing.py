@@ -214,7 +214,8 @@ class TestScheduler:
             if not picked.rows:
                 return self._runs[first:]
             for row in picked.rows:
-                prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher)
+                prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher,
+                                   store.table_name)
                 if prepared is None:
                     continue
                 execution, state_error = prepared

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
 from ..dialects import PickedRow
+from .controls import eligible
 from .runtime import due_candidates, next_due_of
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def pick_rows(
     try:
         with store.autocommit() as conn:
             name_filter = store._name_filter(conn, known)
-            where = t.c.paused == False  # noqa: E712
+            where = sa.and_(t.c.paused == False, eligible(store, t, store.tags))  # noqa: E712
             if name_filter is not None:
                 where = sa.and_(where, name_filter)
             if exclude:

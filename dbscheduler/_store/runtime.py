@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from .. import _faultpoints
 from ..dialects import db_now
 from .base import StoreBase
+from .controls import eligible
 
 __all__ = ["UNION_LIMIT", "RuntimeRow", "due_candidates", "next_due_of", "write_runtime"]
 
@@ -27,7 +28,8 @@ def next_due_of(
     store: StoreBase, known: Collection[str], *, later: bool = False
 ) -> sa.Select[tuple[datetime]]:
     """The earliest ``next_process_at`` of the unpaused rows whose handler is in ``known``
-    (``later``: only of those not yet due).
+    and that this node may take (:func:`~.controls.eligible`; ``later``: only of those not
+    yet due).
 
     Each handler's minimum is one descent of the ``(handler, next_process_at)`` index, so the
     cost does not grow with the rows of the table (a million pending one-off jobs); a single
@@ -37,6 +39,7 @@ def next_due_of(
     # with the updated row.
     t = store.table.alias("later") if later else store.table
     unpaused = sa.and_(t.c.paused == False,  # noqa: E712
+                       eligible(store, t, store.tags),
                        *([t.c.next_process_at > db_now()] if later else []))
     names = sorted(known)
     if not names or len(names) > UNION_LIMIT:
@@ -68,9 +71,9 @@ def due_candidates(
     each = [
         sa.select(t.c.id)
         .where(t.c.handler == sa.literal(h, t.c.handler.type), t.c.paused == False,  # noqa: E712
-               t.c.next_process_at <= db_now(),
+               t.c.next_process_at <= db_now(), eligible(store, t, store.tags),
                *([t.c.id.not_in(sorted(exclude))] if exclude else []))
-        .order_by(t.c.next_process_at)
+        .order_by(t.c.priority.desc(), t.c.next_process_at)
         .limit(int(limit))
         for h in sorted(known)
     ]
@@ -90,6 +93,10 @@ class RuntimeRow:
     first_run: Callable[[datetime], datetime]
     data: str | None
     options: str | None
+    """The options as stored JSON text (all of them)."""
+    priority: int = 0
+    group: str | None = None
+    requires: str | None = None
 
 
 def write_runtime(store: StoreBase, row: RuntimeRow) -> bool:
@@ -116,6 +123,9 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             schedule=row.schedule,
             data=row.data,
             options=row.options,
+            priority=row.priority,
+            task_group=row.group,
+            requires=row.requires,
             next_process_at=sa.case((idle, first), else_=t.c.next_process_at),
             attempt=sa.case((idle, 0), else_=t.c.attempt),
         )
@@ -130,6 +140,7 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
         store.dialect.insert_if_absent(conn, t, {
             "queue_name": row.name, "handler": row.handler, "payload": None,
             "data": row.data, "options": row.options, "created_at": now,
+            "priority": row.priority, "task_group": row.group, "requires": row.requires,
             "next_process_at": first, "attempt": 0, "reenqueue_attempt": 0,
             "total_attempt": 0, "paused": False, "schedule": row.schedule,
             "stop_requested": False,

@@ -139,7 +139,7 @@ class PostgreSQLDialect(Dialect):
             # row by row, in due-time order on every pick.
             .where(where, t.c.next_process_at <= db_now(),
                    *([candidates] if candidates is not None else []))
-            .order_by(t.c.next_process_at)
+            .order_by(t.c.priority.desc(), t.c.next_process_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
             .cte("due")

@@ -1,0 +1,49 @@
+"""Execution controls: priority, concurrency groups and node tags.
+
+Revision ID: dbscheduler_0005
+Revises: dbscheduler_0003
+Create Date: 2026-11-23
+
+* ``priority`` (default 0), ``task_group``, ``requires`` — copies of the row's options that
+  the pick orders and filters by (the ``options`` JSON keeps them all).
+* index ``<table>_group_idx`` on ``(task_group, locked_by)``: a group's running rows.
+* table ``<table>_groups`` — ``(name, max_running, updated_at)``: the limit of each capped
+  group (``set_group_limit``); a group without a row has no limit.
+
+Existing rows keep every value; they get priority 0, no group and no required tag.
+"""
+
+from __future__ import annotations
+
+from alembic import context, op
+
+from dbscheduler.migrate import table_name_from
+from dbscheduler.table import control_columns, make_groups_table, make_table
+
+revision = "dbscheduler_0005"
+down_revision = "dbscheduler_0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    qualified = table_name_from(context.config)
+    table = make_table(qualified, revision=5)
+    name, schema = table.name, table.schema
+    for column in control_columns():
+        op.add_column(name, column, schema=schema)
+    op.create_index(f"{name}_group_idx", name, ["task_group", "locked_by"], schema=schema)
+    groups = make_groups_table(qualified)
+    op.create_table(groups.name, *(c._copy() for c in groups.columns), schema=groups.schema,
+                    **groups.kwargs)
+
+
+def downgrade() -> None:
+    qualified = table_name_from(context.config)
+    table = make_table(qualified, revision=5)
+    name, schema = table.name, table.schema
+    groups = make_groups_table(qualified)
+    op.drop_table(groups.name, schema=groups.schema)
+    op.drop_index(f"{name}_group_idx", table_name=name, schema=schema)
+    for column in reversed(control_columns()):
+        op.drop_column(name, column.name, schema=schema)
