@@ -29,7 +29,8 @@ from typing import Any
 from ._execution import Execution, describe_error, truncate
 from .context import Result, TaskContext
 
-__all__ = ["KILL_AFTER", "ChildFailed", "Children", "check_importable", "run_in_child"]
+__all__ = ["KILL_AFTER", "ChildFailed", "Children", "check_importable", "run_in_child",
+           "warm_up"]
 
 log = logging.getLogger("dbscheduler.executor")
 
@@ -77,6 +78,22 @@ def _mp_context() -> Any:  # a SpawnContext or ForkServerContext
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def warm_up() -> None:
+    """Start the fork server now, in the background, so that the first isolated execution
+    does not wait for it (it imports the application's main module once)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    from multiprocessing import forkserver
+
+    def start() -> None:
+        try:
+            forkserver.ensure_running()
+        except Exception as exc:  # the first isolated execution tries again and says why
+            log.debug("could not start the fork server ahead of time: %s", exc)
+
+    threading.Thread(target=start, name="dbscheduler-forkserver", daemon=True).start()
+
+
 class Children:
     """The child processes of one node's running isolated executions."""
 
@@ -113,6 +130,10 @@ def run_in_child(ex: Execution, children: Children, kill_after: float = KILL_AFT
     not honour within ``kill_after`` s)."""
     task = ex.task
     fn = task.fn
+    try:  # a handler's function is checked here: rows choose their isolation at run time
+        check_importable(fn, f"task {task.name!r}")
+    except ValueError as exc:
+        raise ChildFailed(str(exc)) from None
     module, qualname = fn.__module__, fn.__qualname__
     fields = {f.name: getattr(ex.ctx, f.name) for f in dataclasses.fields(TaskContext)
               if f.name != "stop_requested"}

@@ -76,7 +76,7 @@ class TaskOptions:
             if value == f.default:
                 continue
             out[f.name] = value.total_seconds() if isinstance(value, timedelta) else value
-        return json.dumps(out, sort_keys=True, ensure_ascii=False) if out else None
+        return json.dumps(out, ensure_ascii=False) if out else None  # in field order
 
     def to_dict(self) -> dict[str, Any]:
         """The non-default options as JSON-ready values (what ``list``/``show`` print)."""

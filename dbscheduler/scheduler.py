@@ -23,6 +23,7 @@ from ._execution import Ended, Execution, TaskDef, TaskFunction
 from ._executor import Executor
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat
+from ._isolation import warm_up
 from ._operations import Operations
 from ._poller import Poller
 from ._startup import retry_unreachable
@@ -187,6 +188,8 @@ class Scheduler(Declarations, Operations):
         if store.dialect.supports_notify:
             self._listener = NotifyListener(self.engine, store.dialect, store.channel, self._wakeup)
             self._listener.start()
+        if any(d.options.isolation == "process" for d in self._tasks.values()):
+            warm_up()
         self._heartbeat.start()
         self._finisher.start()
         self._poller.start()

@@ -558,7 +558,8 @@ def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
     assert re.search(
         r"^INSERT INTO scheduled_tasks \(queue_name, handler, created_at, next_process_at, "
         r"attempt, reenqueue_attempt, total_attempt, paused, schedule, stop_requested, "
-        r"priority\) SELECT \?( AS \w+)?(, \?( AS \w+)?){10}\s+WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
+        r"priority\) SELECT \?( AS \w+)?(, \?( AS \w+)?){10}\s+"
+        r"WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
         r"FROM scheduled_tasks AS existing WITH \(UPDLOCK, HOLDLOCK\)\s+"
         r"WHERE existing\.queue_name = \?\)\)$", sql), sql
     assert "scope_identity" not in sql.lower()  # nothing to fetch: INSERT … SELECT is inline
