@@ -155,11 +155,38 @@ def make_table(
         *([sa.Index(f"{name}_claim_idx", "claim")] if revision >= 2 else []),
         *([sa.Index(f"{name}_handler_idx", "handler", "next_process_at")]
           if revision >= 3 else []),
-        *([sa.Index(f"{name}_group_idx", "task_group", "locked_by")] if revision >= 5 else []),
         schema=schema,
         **table_options(),
     )
+    if revision >= 5:
+        control_indexes(table)
     return table
+
+
+PARTIAL_INDEXES = frozenset({"postgresql", "sqlite", "mssql"})
+"""Databases with partial (filtered) indexes: there the control indexes leave out the rows
+that use no control, so that the many rows that do not cost nothing to keep indexed."""
+
+
+def control_indexes(table: sa.Table) -> list[sa.Index]:
+    """The indexes revision 5 adds (attached to ``table``):
+
+    * ``<name>_group_idx (task_group, locked_by)`` — a group's running rows, without reading
+      its waiting ones; only rows with a group where the database allows;
+    * ``<name>_pick_idx (handler, priority DESC, next_process_at)``, only rows whose priority
+      is not 0, and only where the database allows (elsewhere it is not made: only the
+      PostgreSQL pick looks for its rows per handler, in this order).
+    """
+    t, name = table, table.name
+    grouped: dict[str, Any] = {f"{d}_where": t.c.task_group.is_not(None)
+                               for d in sorted(PARTIAL_INDEXES)}
+    prioritised: dict[str, Any] = {f"{d}_where": t.c.priority != 0
+                                   for d in sorted(PARTIAL_INDEXES)}
+    return [
+        sa.Index(f"{name}_group_idx", t.c.task_group, t.c.locked_by, **grouped),
+        sa.Index(f"{name}_pick_idx", t.c.handler, t.c.priority.desc(), t.c.next_process_at,
+                 **prioritised),
+    ]
 
 
 def revision_2_columns() -> list[sa.Column[Any]]:
@@ -192,8 +219,7 @@ def control_columns() -> list[sa.Column[Any]]:
     """The columns revision 5 adds, copies of options the pick filters and orders by (the
     ``options`` JSON holds them all): ``priority`` (higher first), ``task_group`` (whose
     running executions ``<table>_groups`` may cap) and ``requires`` (the tag a node must
-    carry). The index ``(task_group, locked_by)`` finds a group's running rows without
-    reading its waiting ones; heartbeats do not touch it."""
+    carry). Their indexes: :func:`control_indexes`."""
     return [
         sa.Column("priority", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("task_group", name_type(MAX_NAME_LENGTH), nullable=True),

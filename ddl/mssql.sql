@@ -107,7 +107,11 @@ ALTER TABLE scheduled_tasks ADD requires NVARCHAR(255) COLLATE Latin1_General_10
 
 GO
 
-CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by);
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by) WHERE task_group IS NOT NULL;
+
+GO
+
+CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, next_process_at) WHERE priority != 0;
 
 GO
 

@@ -69,7 +69,9 @@ ALTER TABLE scheduled_tasks ADD COLUMN task_group VARCHAR(255);
 
 ALTER TABLE scheduled_tasks ADD COLUMN requires VARCHAR(255);
 
-CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by);
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by) WHERE task_group IS NOT NULL;
+
+CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, next_process_at) WHERE priority != 0;
 
 CREATE TABLE scheduled_tasks_groups (
     name VARCHAR(255) NOT NULL, 

@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -40,11 +40,16 @@ class StoreBase:
         self.engine = engine
         self.table_name = table
         self.table = make_table(table)
+        self.later = self.table.alias("later")
+        """The table under another name, for subqueries of a statement on the table."""
         self.groups = make_groups_table(table)
         """``<table>_groups``: the limits of concurrency groups."""
         self.tags: frozenset[str] = frozenset()
         """The tags of the node this store picks for (its id among them): it takes rows
         that require one of them, or none."""
+        self._full_groups: sa.Select[Any] | None = None
+        self._eligible: dict[tuple[object, frozenset[str], bool], sa.ColumnElement[bool]] = {}
+        """Conditions of :mod:`.controls`, built once (building them is costly)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""

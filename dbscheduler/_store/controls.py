@@ -50,35 +50,53 @@ def _running(t: sa.FromClause) -> sa.ColumnElement[bool]:
     return sa.and_(t.c.locked_by.is_not(None), t.c.next_process_at > db_now())
 
 
-def eligible(store: StoreBase, t: sa.FromClause,
-             tags: Collection[str]) -> sa.ColumnElement[bool]:
+def eligible(store: StoreBase, t: sa.FromClause, tags: Collection[str], *,
+             groups: bool = True) -> sa.ColumnElement[bool]:
     """Rows of ``t`` (the table or an alias of it) a node carrying ``tags`` may take now:
     no tag required or one it has, and no group whose running executions reach its limit.
 
     The poll's next due time and the pick use the same condition, so a node never wakes up
-    for rows it would not take (a full group's, another node's)."""
-    return sa.and_(
-        sa.or_(t.c.requires.is_(None), t.c.requires.in_(sorted(tags))),
-        sa.or_(t.c.task_group.is_(None), t.c.task_group.not_in(full_groups(store))),
-    )
+    for rows it would not take (a full group's, another node's). Built once per table (or
+    alias) and tags: the poll and the pick run it hundreds of times a second. ``groups=False``
+    leaves out the full-group filter (a statement whose candidate rows already passed it).
+    """
+    key = (t, frozenset(tags), groups)
+    cached = store._eligible.get(key)
+    if cached is None:
+        tagged = sa.or_(t.c.requires.is_(None), t.c.requires.in_(sorted(tags)))
+        cached = sa.and_(
+            tagged,
+            sa.or_(t.c.task_group.is_(None), t.c.task_group.not_in(full_groups(store))),
+        ) if groups else tagged
+        if len(store._eligible) > 64:
+            store._eligible.clear()
+        store._eligible[key] = cached
+    return cached
 
 
 def full_groups(store: StoreBase) -> sa.Select[Any]:
     """The names of the groups whose running executions reach their limit.
 
-    Aggregated in a derived table: MySQL accepts a subquery on the table it updates only
-    when the subquery is materialized, which grouping guarantees.
+    Each limited group counts its running rows through the ``(task_group, locked_by)``
+    index; without limits the query reads nothing. Grouped in a derived table: MySQL accepts
+    a subquery on the table it updates only when the subquery is materialized, which grouping
+    guarantees.
     """
+    if store._full_groups is not None:
+        return store._full_groups
     g = store.groups
     r = store.table.alias("grp_running")
+    running = (sa.select(sa.func.count(r.c.id))
+               .where(r.c.task_group == g.c.name, _running(r))
+               .scalar_subquery())
     counted = (
         sa.select(g.c.name)
-        .select_from(g.outerjoin(r, sa.and_(r.c.task_group == g.c.name, _running(r))))
-        .group_by(g.c.name, g.c.max_running)
-        .having(sa.func.count(r.c.id) >= g.c.max_running)
+        .where(g.c.max_running <= running)
+        .group_by(g.c.name)
         .subquery("full_groups")
     )
-    return sa.select(counted.c.name)
+    store._full_groups = sa.select(counted.c.name)
+    return store._full_groups
 
 
 def settle(store: Store, node_id: str, rows: list[PickedRow]) -> tuple[list[PickedRow], int]:

@@ -89,6 +89,8 @@ class Dialect:
     (short, back-to-back) transaction; otherwise each of its statements autocommits."""
     transaction_isolation: ClassVar[str] = "READ COMMITTED"
     """Isolation of the store's transactions on an engine that autocommits by default."""
+    uses_candidates: ClassVar[bool] = False
+    """:meth:`pick` uses its ``candidates`` (the store builds them only then)."""
     update_from_values: ClassVar[bool] = False
     """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
     from :meth:`batch_rows`)."""

@@ -97,6 +97,7 @@ class PostgreSQLDialect(Dialect):
 
     supports_notify = True
     returning_update = True
+    uses_candidates = True
     update_from_values = True
 
     def insert_if_absent(
