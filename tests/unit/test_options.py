@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,53 @@ def test_process_isolation_needs_an_importable_function() -> None:
         with pytest.raises(ValueError, match="task 'x': isolation='process' runs the function "
                                              "in a child process"):
             check_importable(fn, "task 'x'")
+
+
+def test_scheduler_add_refuses_bad_options_before_anything_is_written(tmp_path: Path) -> None:
+    from dbscheduler import FixedRate, Scheduler
+
+    scheduler = Scheduler(f"sqlite:///{tmp_path / 'x.sqlite3'}")
+
+    def nested(ctx: object) -> None: ...
+
+    with pytest.raises(ValueError, match=r"task 'a': unknown option\(s\) priorty"):
+        scheduler.add("a", module_level, schedule=FixedRate(5), priorty=1)
+    with pytest.raises(ValueError, match="task 'b': isolation='process' runs the function"):
+        scheduler.add("b", nested, schedule=FixedRate(5), isolation="process")
+    with pytest.raises(ValueError, match="tags must be a collection of strings"):
+        Scheduler(f"sqlite:///{tmp_path / 'x.sqlite3'}", tags="gpu")  # type: ignore[arg-type]
+    assert scheduler._tasks == {}
+    assert not (tmp_path / "x.sqlite3").exists()
+
+
+def test_a_thread_task_ignoring_its_timeout_is_reported_loudly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+    import time
+
+    from dbscheduler import _timeouts
+    from dbscheduler._execution import Execution, TaskDef
+    from dbscheduler.context import TaskContext
+    from dbscheduler.failures import NoRetry
+    from dbscheduler.schedules import FixedRate
+
+    monkeypatch.setattr(_timeouts, "KILL_AFTER", 0.3)
+    task = TaskDef.build("stubborn", module_level, FixedRate(5), NoRetry(),
+                         options_from({"timeout": 0.2}, "x"))
+    ctx = TaskContext(name="stubborn", node_id="n", attempt=1, reenqueue_attempt=0,
+                      total_attempt=3, scheduled_at=T, started_at=T, created_at=T, state=None)
+    ex = Execution(task, ctx, 1, 3)
+    done_early = Execution(task, TaskContext(**{**ctx.__dict__,
+                                                "stop_requested": threading.Event()}), 2, 1)
+    timeouts = _timeouts.Timeouts()
+    timeouts.arm(ex, 0.2)
+    timeouts.arm(done_early, 0.2)
+    done_early.done.set()  # returned in time: nothing happens to it
+    time.sleep(0.9)
+    assert ex.timed_out and ex.ctx.stop_requested.is_set()
+    assert not done_early.timed_out and not done_early.ctx.stop_requested.is_set()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("'stubborn' (token 3) ignores the stop requested at its timeout" in m
+               and "a thread cannot be killed; it keeps its lease until it returns" in m
+               for m in errors), errors
