@@ -146,10 +146,16 @@ def _over_limit(store: Store, mine: dict[str, list[PickedRow]]) -> list[PickedRo
         over = int(running) - int(limit)
         if over <= 0:
             continue
-        # The pick's own order is priority, then due time: give back from its end.
-        taken = mine[name]
+        # Keep what the pick's order puts first (priority, then due time), give back the
+        # rest: the rows come back in no particular order (RETURNING), and giving back the
+        # same ones every time would starve them.
+        taken = sorted(mine[name], key=_pick_order)
         back.extend(taken[max(0, len(taken) - over):])
     return back
+
+
+def _pick_order(row: PickedRow) -> tuple[int, Any, int]:
+    return (-int(row["priority"]), row["prev_next_process_at"], int(row["id"]))
 
 
 def _give_back(store: Store, node_id: str, rows: list[PickedRow]) -> None:
