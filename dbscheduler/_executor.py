@@ -98,8 +98,10 @@ def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
         status, error = "lost", str(exc)
         log.warning("task %r (token %d): %s; not run", task.name, ex.token, exc)
     except ChildFailed as exc:
-        status, error = "error", truncate(str(exc))
-        log.error("task %r failed: %s", task.name, error)
+        # A child killed after a cancel was cancelled, not failed.
+        status, error = ("cancelled" if ex.cancel_requested else "error"), truncate(str(exc))
+        log.log(logging.INFO if ex.cancel_requested else logging.ERROR,
+                "task %r %s: %s", task.name, status, error)
     except BaseException as exc:  # a task must never kill its worker
         # SystemExit and KeyboardInterrupt too: re-raised, they would end this worker
         # thread, and a node that loses all its workers holds leases it never runs.
