@@ -127,25 +127,25 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
     table.add_column("name", style="bold", overflow="fold")
     table.add_column("schedule", overflow="fold")
     table.add_column("handler", overflow="fold")
+    table.add_column("options", overflow="fold")
     table.add_column("next run (UTC)", no_wrap=True)
     table.add_column("last run", no_wrap=True)
     table.add_column("attempt", justify="right")
     table.add_column("runs", justify="right")
     table.add_column("paused")
     table.add_column("running on", overflow="fold")
-    table.add_column("options", overflow="fold")
     for info in infos:
         table.add_row(
             Text(info.name),
             Text(info.schedule or "-"),
             handler_text(info, now),
+            options_text(info),
             _next_run(info, now),
             _last_run(info, now),
             str(info.attempt),
             str(info.total_attempt),
             Text("yes", style="yellow") if info.paused else Text("no"),
             Text(info.locked_by or "-"),
-            options_text(info),
         )
     return table
 
