@@ -133,8 +133,9 @@ def _kill(proc: multiprocessing.process.BaseProcess) -> None:
 def run_in_child(ex: Execution, children: Children, kill_after: float = KILL_AFTER) -> Any:
     """Run ``ex``'s function in a child process and return its value (``None`` or a
     :class:`Result`). Raises the function's error as :class:`ChildFailed` with its text, and
-    :class:`ChildFailed` when the child crashed or was killed (after a stop request it did
-    not honour within ``kill_after`` s)."""
+    :class:`ChildFailed` when the child crashed or was killed: ``kill_after`` s after its
+    timeout, a cancel or a lost lease if it has not returned by then (a shutdown's stop
+    request is only forwarded; the shutdown kills what it cannot wait for)."""
     task = ex.task
     fn = task.fn
     try:  # a handler's function is checked here: rows choose their isolation at run time
@@ -174,10 +175,12 @@ def run_in_child(ex: Execution, children: Children, kill_after: float = KILL_AFT
                         message = None
                 break
             if ex.ctx.stop_requested.is_set():
-                if kill_at is None:
-                    stop.set()
+                stop.set()
+                # A shutdown's stop request waits for the shutdown's own timeout (then
+                # Children.kill_all); a timeout, a cancel or a lost lease give KILL_AFTER.
+                if kill_at is None and (ex.timed_out or ex.cancel_requested or ex.lease_lost):
                     kill_at = time.monotonic() + kill_after
-                elif time.monotonic() >= kill_at:
+                elif kill_at is not None and time.monotonic() >= kill_at:
                     log.warning("task %r: the child process (pid %s) did not stop within %s s "
                                 "of its stop request; killing it", task.name, proc.pid,
                                 kill_after)
