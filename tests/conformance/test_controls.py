@@ -204,17 +204,22 @@ def test_a_crashed_child_is_an_error_with_its_signal_or_exit_code(
     url, table = migrated
     with cluster(url, table, tmp_path) as c:
         c.start("node", "--tasks", "0", "--isolated", "segv=crash", "--isolated", "bye=leave",
-                "--rate", "3600", "--poll", "0.3")
-        _trigger_when_registered(url, table, "segv", "bye")
+                "--isolated", "ok=quick", "--rate", "3600", "--poll", "0.3")
+        _trigger_when_registered(url, table, "segv", "bye", "ok")
         events = c.wait_for(
-            lambda ev: {e["task"] for e in ev if e["event"] == "finished"} == {"segv", "bye"},
-            60, "both runs end")
-        assert {e["status"] for e in events if e["event"] == "finished"} == {"error"}
+            lambda ev: {e["task"] for e in ev if e["event"] == "finished"} == {"segv", "bye", "ok"},
+            60, "the three runs end")
+        assert {e["task"]: e["status"] for e in events if e["event"] == "finished"} == {
+            "segv": "error", "bye": "error", "ok": "success"}
+        (node_start,) = [e for e in events if e["event"] == "node_start"]
         with Client(url, table=table) as client:
             assert client.info("segv").last_error == (
                 "the child process was killed by SIGSEGV (11)")
             assert client.info("bye").last_error == (
                 "the child process exited with code 3 without a result")
+            # The state a child returns is stored; it ran in a process of its own.
+            state = client.info("ok").state
+            assert state["runs"] == 1 and state["pid"] != node_start["pid"]
         assert c.alive("node")
         c.stop("node")
 

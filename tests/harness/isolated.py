@@ -9,7 +9,7 @@ import signal
 import time
 from typing import Any
 
-from dbscheduler import TaskContext
+from dbscheduler import Result, TaskContext
 
 
 def _log(event: str, **fields: Any) -> None:
@@ -50,8 +50,8 @@ def polite(ctx: TaskContext) -> None:
     _log("child_end", task=ctx.name, token=ctx.total_attempt)
 
 
-def quick(ctx: TaskContext) -> dict[str, int] | None:
-    """Returns at once."""
+def quick(ctx: TaskContext) -> Result:
+    """Returns at once, storing which process ran it and the state it was given."""
     _log("child_start", task=ctx.name, token=ctx.total_attempt)
     _log("child_end", task=ctx.name, token=ctx.total_attempt)
-    return None
+    return Result.success(state={"pid": os.getpid(), "runs": (ctx.state or {}).get("runs", 0) + 1})
