@@ -15,6 +15,7 @@ from .client import Client
 from .context import Result, TaskContext, TaskInfo
 from .errors import (
     DatabaseUnreachable,
+    LeaseLost,
     SchedulerError,
     SchemaMismatch,
     SchemaMissing,
@@ -38,6 +39,7 @@ __all__ = [
     "FixedRate",
     "GeometricBackoff",
     "Health",
+    "LeaseLost",
     "LinearBackoff",
     "Listener",
     "NoRetry",

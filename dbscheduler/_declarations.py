@@ -10,18 +10,21 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
-from datetime import timedelta
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from ._execution import TaskDef, TaskFunction
+from ._isolation import check_importable
 from ._store import Registration, Store, validate_name
 from ._wakeup import Wakeup
 from .failures import FailureSettings, NoRetry
 from .listeners import Listener, Listeners
 from .logfields import engine_log
+from .options import jittered, options_from
 from .runtime import Handlers
 from .schedules import FixedDelay, FixedRate, Schedule
+from .schedules.once import NEVER
 
 __all__ = ["Declarations", "declare_task", "default_node_id", "duration"]
 
@@ -69,9 +72,11 @@ def _warn_if_retry_never_fires(
 
 
 def declare_task(
-    name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None
+    name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None,
+    options: Mapping[str, Any] | None = None,
 ) -> TaskDef:
-    """The :class:`TaskDef` of a declared task, every argument checked."""
+    """The :class:`TaskDef` of a declared task, every argument checked (the execution
+    options by :func:`~dbscheduler.options.options_from`)."""
     try:
         validate_name(name)
     except ValueError as exc:
@@ -91,12 +96,25 @@ def declare_task(
         raise ValueError(f"task {name!r}: the task function is not callable: {fn!r}")
     if len(schedule.describe()) > 500:
         raise ValueError(f"task {name!r}: schedule description longer than 500 characters")
-    definition = TaskDef.build(name, fn, schedule, on_failure)
+    controls = options_from(options or {}, f"task {name!r}")
+    if controls.isolation == "process":
+        check_importable(fn, f"task {name!r}")
+    definition = TaskDef.build(name, fn, schedule, on_failure, controls)
     _warn_if_retry_never_fires(name, schedule, on_failure)
     return definition
 
 
 F = TypeVar("F", bound=TaskFunction)
+
+
+def _registration(d: TaskDef) -> Registration:
+    options = d.options
+
+    def first_run(now: datetime) -> datetime:
+        return jittered(d.schedule.first_run(now), options, NEVER)
+
+    return Registration(d.name, d.schedule.describe(), first_run, options.to_json(),
+                        options.priority, options.group, options.requires)
 
 
 class Declarations:
@@ -120,15 +138,19 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        **options: Any,
     ) -> Callable[[F], F]:
-        """Decorator registering a function as the task ``name``.
+        """Decorator registering a function as the task ``name``; ``options`` are the
+        execution options (:class:`~dbscheduler.options.TaskOptions`: ``priority``,
+        ``group``, ``requires``, ``timeout``, ``isolation``, ``misfire``, ``grace``,
+        ``jitter``).
 
-        >>> @scheduler.task("cleanup", schedule=FixedDelay(300))   # doctest: +SKIP
+        >>> @scheduler.task("cleanup", schedule=FixedDelay(300), timeout=60)  # doctest: +SKIP
         ... def cleanup(ctx: TaskContext) -> None: ...
         """
 
         def register(fn: F) -> F:
-            self.add(name, fn, schedule=schedule, on_failure=on_failure)
+            self.add(name, fn, schedule=schedule, on_failure=on_failure, **options)
             return fn
 
         return register
@@ -140,8 +162,10 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        **options: Any,
     ) -> None:
-        """Register ``fn`` as the task ``name`` (the function may be a coroutine function).
+        """Register ``fn`` as the task ``name`` (the function may be a coroutine function),
+        with the execution ``options`` (see :meth:`task`).
 
         Its row is inserted if absent when the scheduler starts (at once if already started);
         a changed schedule applies at once. Invalid arguments raise ``ValueError`` naming the
@@ -149,7 +173,7 @@ class Declarations:
 
         >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300))   # doctest: +SKIP
         """
-        definition = declare_task(name, fn, schedule, on_failure)
+        definition = declare_task(name, fn, schedule, on_failure, options)
         with self._lock:
             if name in self._tasks or name in self._handlers:
                 raise ValueError(f"task {name!r} is already registered on this scheduler")
@@ -186,9 +210,7 @@ class Declarations:
         self._register(list(self._tasks.values()))
 
     def _register(self, defs: list[TaskDef]) -> None:
-        self._store.register(
-            [Registration(d.name, d.schedule.describe(), d.schedule.first_run) for d in defs]
-        )
+        self._store.register([_registration(d) for d in defs])
 
     def add_listener(self, listener: Listener) -> None:
         """Add a :class:`~dbscheduler.Listener` (any object with some of its hooks works too).

@@ -13,6 +13,7 @@ from typing import Any
 
 from .context import Status, TaskContext
 from .failures import FailureSettings
+from .options import DEFAULT_OPTIONS, TaskOptions
 from .schedules import Schedule
 from .table import MAX_ERROR_LENGTH
 
@@ -29,10 +30,12 @@ class TaskDef:
     on_failure: FailureSettings
     takes_context: bool
     is_coroutine: bool
+    options: TaskOptions = DEFAULT_OPTIONS
 
     @classmethod
     def build(
-        cls, name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings
+        cls, name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings,
+        options: TaskOptions = DEFAULT_OPTIONS,
     ) -> TaskDef:
         try:
             params = inspect.signature(fn).parameters
@@ -56,7 +59,7 @@ class TaskDef:
         is_coroutine = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
-        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine)
+        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine, options)
 
 
 @dataclass(eq=False)
@@ -74,6 +77,8 @@ class Execution:
     """How long before ``lease_until`` the node already counts the lease lost."""
     lease_lost: bool = False
     cancel_requested: bool = False
+    timed_out: bool = False
+    """Its ``timeout`` passed while it ran (the stop was requested for that)."""
     done: threading.Event = field(default_factory=threading.Event)
     """Set once the task function has returned (or raised)."""
 

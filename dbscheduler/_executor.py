@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import queue
 import sys
 import threading
@@ -14,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from ._execution import Ended, Execution, describe_error, truncate
+from ._isolation import ChildFailed, Children, run_in_child
+from ._timeouts import Timeouts
 from .context import UNSET, Result, Status
 from .listeners import Listeners
 from .logfields import engine_log, engine_thread, execution_context
@@ -45,16 +48,22 @@ class _ReturnWarnings:
 
 
 _RETURN_WARNINGS = _ReturnWarnings()
+_CHILDREN = Children()
+"""Children of isolated executions run outside an :class:`Executor` (the test harness)."""
 
 
-def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> Ended:
-    """Call ``ex``'s task function in this thread (a coroutine through ``run_coroutine``) and
-    say how it ended. Never raises: whatever the function does becomes the :class:`Ended`."""
+def call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
+         timeouts: Timeouts | None = None, children: Children | None = None) -> Ended:
+    """Call ``ex``'s task function in this thread (a coroutine through ``run_coroutine``; in a
+    child process with ``isolation="process"``) and say how it ended. Never raises: whatever
+    the function does becomes the :class:`Ended`. ``timeouts`` enforces the task's
+    ``timeout``."""
     with execution_context(ex.task.name, ex.token):
-        return _call(ex, listeners, run_coroutine)
+        return _call(ex, listeners, run_coroutine, timeouts, children)
 
 
-def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> Ended:
+def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
+          timeouts: Timeouts | None, children: Children | None) -> Ended:
     task = ex.task
     status: Status = "success"
     error: str | None = None
@@ -72,8 +81,13 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> E
         context = contextvars.copy_context()
         context.run(listeners.on_started, ex.ctx)
         log.debug("started (attempt %d)", ex.ctx.attempt)
+        options = task.options
+        if options.timeout is not None and timeouts is not None:
+            timeouts.arm(ex, options.timeout.total_seconds())
         args = (ex.ctx,) if task.takes_context else ()
-        if task.is_coroutine:
+        if options.isolation == "process":
+            value = run_in_child(ex, children if children is not None else _CHILDREN)
+        elif task.is_coroutine:
             value = run_coroutine(task.fn(*args), context)
         else:
             value = context.run(task.fn, *args)
@@ -89,12 +103,21 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine) -> E
     except _LeaseExpired as exc:
         status, error = "lost", str(exc)
         log.warning("%s; not run", exc)
+    except ChildFailed as exc:
+        # A child killed after a cancel was cancelled, not failed.
+        status, error = ("cancelled" if ex.cancel_requested else "error"), truncate(str(exc))
+        log.log(logging.INFO if ex.cancel_requested else logging.ERROR, "%s: %s", status, error)
     except BaseException as exc:  # a task must never kill its worker
         # SystemExit and KeyboardInterrupt too: re-raised, they would end this worker
         # thread, and a node that loses all its workers holds leases it never runs.
         status, error, exception = "error", describe_error(exc), exc
         log.error("failed: %s", error, exc_info=exc)
-    if ex.cancel_requested and status == "success":
+    if ex.timed_out and status != "lost":
+        timeout = task.options.timeout
+        seconds = f"{timeout.total_seconds():g}" if timeout is not None else "?"
+        status, error = "timeout", truncate(
+            f"timed out after {seconds} s" + (f" ({error})" if error else ""))
+    elif ex.cancel_requested and status == "success":
         status = "cancelled"
     return Ended(ex, status, error, state, next_at, time.monotonic(), exception)
 
@@ -135,6 +158,10 @@ class Executor:
         for worker in self._workers:
             worker.start()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.timeouts = Timeouts()
+        self.children = Children()
+        """Child processes of isolated executions (a shutdown kills those it cannot wait
+        for)."""
 
     @property
     def free(self) -> int:
@@ -168,7 +195,8 @@ class Executor:
                 if self._closed or key not in self._running:
                     continue  # withdrawn by close(): never started
                 self._started.add(key)
-            ended = call(ex, self._listeners, self._run_coroutine)
+            ended = call(ex, self._listeners, self._run_coroutine, self.timeouts,
+                         self.children)
             self._on_ended(ended)
             with self._lock:
                 self._running.pop(key, None)
@@ -189,6 +217,15 @@ class Executor:
             if remaining <= 0:
                 return False
             pending[0].done.wait(min(remaining, 0.1))
+
+    def end_children(self) -> bool:
+        """Kill the child processes of isolated executions still running (a shutdown that
+        waited long enough); True when nothing runs any more a few seconds later."""
+        if not self.children.kill_all():
+            return False
+        log.warning("shutdown: killed the child processes of isolated executions still "
+                    "running")
+        return self.wait(5.0)
 
     def shutdown(self) -> None:
         """Let the workers end once their current function returns."""

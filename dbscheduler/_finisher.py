@@ -17,8 +17,10 @@ from .client import task_info
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
 from .logfields import about, engine_log, engine_thread
+from .options import jittered
 from .planning import plan_next
 from .runtime import finished_for_good
+from .schedules.once import NEVER
 
 __all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher"]
 
@@ -270,4 +272,6 @@ def _plan(
         error = truncate(f"schedule failed: {describe_error(exc)}")
         log.error("%s; next try in %s", error, SCHEDULE_FAILURE_RETRY, extra=about(task.name))
         return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
+    if next_at_override is None:  # the task's own choice is taken as it is
+        return jittered(plan.next_at, task.options, NEVER), plan.attempt, None
     return plan.next_at, plan.attempt, None

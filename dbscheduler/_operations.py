@@ -116,6 +116,16 @@ class Operations:
             client.schedule_once(name, handler, at, data=data, **options)
         self._wakeup.set()
 
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        """At most ``limit`` executions of ``group`` at once across the cluster (see
+        :meth:`Client.set_group_limit`).
+
+        >>> scheduler.set_group_limit("reports", 2)   # doctest: +SKIP
+        """
+        with self._ops(group) as client:
+            client.set_group_limit(group, limit)
+        self._wakeup.set()
+
     def unschedule(self, name: str) -> bool:
         """Delete the row ``name``; False when there was none (see :meth:`Client.unschedule`)."""
         with self._ops(name) as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,14 +19,19 @@ from ._store import Store, decode_state, decode_state_safe
 from ._wakeup import Wakeup
 from .context import UNSET, TaskContext
 from .errors import SchemaMissing
+from .fencing import Fence
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread
+from .options import misfired
 from .runtime import Handlers
 
 log = engine_log("dbscheduler.poller")
 
 CONTENDED_RETRY = 0.005
 """A row was due but another node took it first: look again this soon."""
+GIVEN_BACK_PAUSE = 0.1
+"""A pick gave its rows back (their group was over its limit): look again after a random
+pause of up to this many seconds."""
 
 
 class Poller:
@@ -178,6 +184,9 @@ class Poller:
         # the next step polls for it.
         if not rows:
             self._next_due_known = False
+            if picked.given_back:
+                # Nodes that gave back together pick again at different moments.
+                return random.uniform(GIVEN_BACK_PAUSE / 2, GIVEN_BACK_PAUSE)
             return CONTENDED_RETRY
         return 0
 
@@ -198,7 +207,7 @@ class Poller:
 
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
         task = self._tasks.for_row(row)
-        prepared = prepare(task, row, self._node_id, self._finisher)
+        prepared = prepare(task, row, self._node_id, self._finisher, self._store.table_name)
         if prepared is None:
             return
         execution, state_error = prepared
@@ -211,11 +220,15 @@ class Poller:
             # left hanging); the stored text stays as it is for someone to look at.
             self._finisher.put(undecodable(execution, state_error))
             return
+        ctx = execution.ctx
+        if misfired(task.options, ctx.scheduled_at, ctx.started_at):
+            self._finisher.put(skipped(execution))
+            return
         self._executor.submit(execution)
 
 
 def prepare(
-    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher
+    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str
 ) -> tuple[Execution, str | None] | None:
     """The execution for a picked row, and why its stored state cannot be decoded (if so).
 
@@ -247,8 +260,20 @@ def prepare(
         created_at=row["created_at"],
         state=state,
         data=decode_state_safe(row.get("data"))[0],
+        fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name),
     )
     return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), state_error
+
+
+def skipped(execution: Execution) -> Ended:
+    """How a ``misfire="skip"`` execution picked too late ends: ``skipped``, without running;
+    the task moves on to its next time."""
+    ctx = execution.ctx
+    late = (ctx.started_at - ctx.scheduled_at).total_seconds()
+    log.info("picked %.1f s after its due time, more than its grace of %s s; skipped "
+             "(misfire='skip')", late, execution.task.options.grace.total_seconds(),
+             extra=about(ctx.name, ctx.total_attempt))
+    return Ended(execution, "skipped", None, UNSET, None, time.monotonic())
 
 
 def undecodable(execution: Execution, state_error: str) -> Ended:

@@ -18,15 +18,17 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import _faultpoints
 from ._store import StoreBase, decode_state, decode_state_safe, validate_name, write_runtime
+from ._store.controls import GroupInfo, group_infos, set_group_limit
 from .context import TaskInfo
 from .dialects import create_engine, db_now, db_now_plus, prepare_engine
 from .errors import TaskNotFound, TaskRunning
 from .logfields import engine_log
+from .options import TaskOptions, options_from
 from .runtime import once_at, runtime_row
 from .schedules import Schedule
 from .table import DEFAULT_TABLE
 
-__all__ = ["Client", "TaskCounts", "task_info"]
+__all__ = ["Client", "GroupInfo", "TaskCounts", "task_info"]
 
 log = engine_log("dbscheduler.client")
 
@@ -251,6 +253,29 @@ class Client:
         succeeds or gives up."""
         self.schedule(name, handler, once_at(name, at), data=data, **options)
 
+    # -- concurrency groups --------------------------------------------------------------
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        """At most ``limit`` executions of the tasks with ``group=group`` at once, across the
+        cluster (``None`` removes the limit; 0 holds the group). Applies at every node's next
+        pick; executions already running are not stopped.
+
+        >>> client.set_group_limit("reports", 2)   # doctest: +SKIP
+        """
+        options_from({"group": group}, "set_group_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or not 0 <= limit < 2**31):
+            raise ValueError(f"set_group_limit: limit must be an integer >= 0 or None, got "
+                             f"{limit!r}")
+        set_group_limit(self._store, group, limit)
+
+    def groups(self) -> list[GroupInfo]:
+        """Every group that has a limit or tasks: its limit and its executions running now.
+
+        >>> [(g.name, g.running, g.limit) for g in client.groups()]   # doctest: +SKIP
+        [('reports', 2, 2)]
+        """
+        return group_infos(self._store)
+
     def unschedule(self, name: str) -> bool:
         """Delete the row ``name`` (a running execution finishes; its fenced finish then
         changes nothing). Returns False when there was no such row."""
@@ -341,4 +366,5 @@ def task_info(row: Mapping[str, Any]) -> TaskInfo:
         stop_requested=bool(row["stop_requested"]),
         handler=row.get("handler"),
         data=decode_state_safe(row.get("data"))[0],
+        options=TaskOptions.from_json(row.get("options")).to_dict(),
     )

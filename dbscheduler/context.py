@@ -4,14 +4,23 @@ and what operations report about a row (:class:`TaskInfo`)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+    from .fencing import Fence
 
 __all__ = ["UNSET", "Result", "Status", "TaskContext", "TaskInfo"]
 
-Status = Literal["success", "error", "lost", "cancelled"]
-"""The values of the ``last_status`` column."""
+Status = Literal["success", "error", "lost", "cancelled", "timeout", "skipped"]
+"""The values of the ``last_status`` column: ``timeout`` is a run stopped by its ``timeout``
+(a failure: the failure settings apply); ``skipped`` a ``misfire="skip"`` run picked too
+late, which did not run."""
 
 
 class _Unset:
@@ -73,6 +82,24 @@ class TaskContext:
     data: Any = None
     """The row's data (decoded JSON) given by ``schedule``/``schedule_once``, or ``None``;
     separate from :attr:`state`, which the task itself persists."""
+    fence: Fence | None = field(default=None, repr=False, compare=False)
+    """This execution's hold on its row (what :meth:`fenced` checks); ``None`` outside a
+    scheduler's execution."""
+
+    def fenced(self, target: Engine | Connection) -> AbstractContextManager[Connection]:
+        """A transaction on ``target`` (an engine or a connection to the scheduler's database)
+        that commits only while this execution still holds its lease; raises
+        :class:`~dbscheduler.LeaseLost` (rolled back) otherwise. See
+        :mod:`dbscheduler.fencing`.
+
+        >>> with ctx.fenced(engine) as conn:   # doctest: +SKIP
+        ...     conn.execute(payments.insert().values(amount=10))
+        """
+        if self.fence is None:
+            raise RuntimeError("ctx.fenced() needs a context given by a running scheduler")
+        from .fencing import fenced  # the database side is only needed here
+
+        return fenced(self.fence, target)
 
 
 @dataclass(frozen=True)
@@ -159,6 +186,8 @@ class TaskInfo:
     """The name of the handler that runs the row (a declared task's is its own name)."""
     data: Any = None
     """The row's data (decoded JSON) as its handler receives it in ``ctx.data``."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The row's execution options that differ from the defaults (durations in seconds)."""
 
     @property
     def running(self) -> bool:
@@ -170,5 +199,6 @@ class TaskInfo:
         out: dict[str, Any] = {}
         for key, value in self.__dict__.items():
             out[key] = value.isoformat() if isinstance(value, datetime) else value
+        out["options"] = dict(self.options)
         out["running"] = self.running
         return out

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
-    "DatabaseUnreachable", "SchedulerError", "SchemaMismatch", "SchemaMissing", "TaskNotFound",
-    "TaskRunning",
+    "DatabaseUnreachable", "LeaseLost", "SchedulerError", "SchemaMismatch", "SchemaMissing",
+    "TaskNotFound", "TaskRunning",
 ]
 
 
@@ -72,3 +72,18 @@ class DatabaseUnreachable(SchedulerError):
         self.url = url
         self.kind = kind
         self.reason = reason
+
+
+class LeaseLost(SchedulerError):
+    """``ctx.fenced(...)``: this execution no longer holds its row's lease (another node took
+    the task over, or the row is gone), so its transaction was rolled back, not committed."""
+
+    def __init__(self, name: str, token: int, node: str) -> None:
+        super().__init__(
+            f"task {name!r}: execution {token} on node {node} no longer holds its lease (another "
+            "node took the task over, or its row was deleted); its fenced transaction was "
+            "rolled back"
+        )
+        self.name = name
+        self.token = token
+        self.node = node

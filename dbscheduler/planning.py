@@ -66,12 +66,14 @@ def plan_next(
     - ``next_at_override`` (a task's ``Result(next_at=...)``) wins over everything: success
       and cancelled write ``attempt = 0``, error and lost keep ``attempt``. The schedule is
       not consulted at all then.
-    - ``"success"`` / ``"cancelled"``: the schedule's next regular occurrence, ``attempt = 0``.
-    - ``"error"`` / ``"lost"``: ``delay = on_failure.retry_delay(attempt)``. No retry (or
-      budget exhausted): the regular occurrence with ``attempt = 0`` — the next occurrence
-      gets a fresh budget. Otherwise the retry at ``finished_at + delay`` is used only if it
-      is strictly earlier than the regular occurrence, and keeps ``attempt`` so the next pick
-      makes it ``attempt + 1``; if not earlier, the regular occurrence wins (``attempt = 0``).
+    - ``"success"`` / ``"cancelled"`` / ``"skipped"``: the schedule's next regular
+      occurrence, ``attempt = 0``.
+    - ``"error"`` / ``"lost"`` / ``"timeout"``: ``delay = on_failure.retry_delay(attempt)``.
+      No retry (or budget exhausted): the regular occurrence with ``attempt = 0`` — the next
+      occurrence gets a fresh budget. Otherwise the retry at ``finished_at + delay`` is used
+      only if it is strictly earlier than the regular occurrence, and keeps ``attempt`` so the
+      next pick makes it ``attempt + 1``; if not earlier, the regular occurrence wins
+      (``attempt = 0``).
 
     ``attempt`` is the row's ``attempt`` after the execution (1 after a failed first try).
     A retry time past the end of ``datetime`` saturates instead of raising. Exceptions from
@@ -90,7 +92,7 @@ def plan_next(
         raise ValueError(
             f"plan_next: unknown status {status!r}, expected one of {sorted(_STATUSES)}"
         )
-    failed = status in ("error", "lost")
+    failed = status in ("error", "lost", "timeout")
 
     if next_at_override is not None:
         override = _require_aware(next_at_override, "Result.next_at")

@@ -13,7 +13,6 @@ is and ``dbscheduler list`` marks it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -23,6 +22,7 @@ from ._store import RuntimeRow, validate_name
 from ._store.state import encode_state
 from .failures import FailureSettings, NoRetry
 from .logfields import engine_log
+from .options import TaskOptions, jittered, options_from
 from .schedules import Dynamic, Once, Schedule, parse
 from .schedules.once import NEVER
 from .table import MAX_OPTIONS_LENGTH, MAX_SCHEDULE_LENGTH
@@ -31,9 +31,6 @@ __all__ = ["Handlers", "finished_for_good", "runtime_row"]
 
 log = engine_log("dbscheduler.runtime")
 
-KNOWN_OPTIONS: frozenset[str] = frozenset()
-"""Execution options a runtime task may carry; none yet (they are stored as a JSON object so
-later ones need no table change)."""
 
 
 def runtime_row(
@@ -77,13 +74,16 @@ def runtime_row(
         stored_data = encode_state(data)
     except ValueError as exc:
         raise ValueError(f"task {name!r}: data: {str(exc).replace('state', 'data')}") from None
-    unknown = sorted(set(options) - KNOWN_OPTIONS)
-    if unknown:
-        raise ValueError(f"task {name!r}: options: unknown option(s) {', '.join(unknown)}")
-    stored_options = json.dumps(dict(options), sort_keys=True) if options else None
+    controls = options_from(options, f"task {name!r}")
+    stored_options = controls.to_json()
     if stored_options is not None and len(stored_options) > MAX_OPTIONS_LENGTH:
         raise ValueError(f"task {name!r}: options: longer than {MAX_OPTIONS_LENGTH} characters")
-    return RuntimeRow(name, handler, text, schedule.first_run, stored_data, stored_options)
+
+    def first_run(now: datetime) -> datetime:
+        return jittered(schedule.first_run(now), controls, NEVER)
+
+    return RuntimeRow(name, handler, text, first_run, stored_data, stored_options,
+                      controls.priority, controls.group, controls.requires)
 
 
 def once_at(name: str, at: object) -> Once:
@@ -108,7 +108,7 @@ class Handlers(Mapping[str, TaskDef]):
         self.tasks = tasks
         """The declared tasks, by name (they have rows to register)."""
         self._handlers: dict[str, TaskDef] = {}
-        self._built: dict[tuple[str, str, str | None], TaskDef] = {}
+        self._built: dict[tuple[str, str, str | None, str | None], TaskDef] = {}
 
     def add(self, name: str, fn: TaskFunction, on_failure: FailureSettings | None) -> None:
         """Register ``fn`` as the handler ``name`` (no row)."""
@@ -145,13 +145,15 @@ class Handlers(Mapping[str, TaskDef]):
         declared = self.tasks.get(name)
         if declared is not None and handler == name and name not in self._handlers:
             return declared
-        key = (name, handler, text)
+        stored = row.get("options")
+        key = (name, handler, text, stored)
         built = self._built.get(key)
         if built is None:
             template = self[handler]
             schedule = parse(text) if text is not None else template.schedule
             built = TaskDef(name, template.fn, schedule, template.on_failure,
-                            template.takes_context, template.is_coroutine)
+                            template.takes_context, template.is_coroutine,
+                            TaskOptions.from_json(stored))
             if len(self._built) > 10_000:  # rows come and go (one-off jobs): stay bounded
                 self._built.clear()
             self._built[key] = built

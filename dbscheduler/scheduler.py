@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from ._execution import Ended, Execution, TaskDef, TaskFunction
 from ._executor import Executor
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat
+from ._isolation import warm_up
 from ._operations import Operations
 from ._poller import Poller
 from ._startup import retry_unreachable
@@ -33,6 +35,7 @@ from .health import Health
 from .health import check as check_health
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread, node_context
+from .options import node_tags
 from .runtime import Handlers
 from .table import DEFAULT_TABLE, split_table_name
 
@@ -70,6 +73,8 @@ class Scheduler(Declarations, Operations):
         max_workers: task functions running at once on this node.
         lease: how long a pick holds a task without heartbeat; heartbeats every ``lease / 3``.
         poll_interval: the safety-net poll; due tasks start on time regardless.
+        tags: what this node offers (``{"gpu"}``): it also runs tasks with ``requires`` one
+            of them. Its node id is always one of its tags.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class Scheduler(Declarations, Operations):
         max_workers: int = 8,
         lease: timedelta | float = timedelta(seconds=30),
         poll_interval: timedelta | float = timedelta(seconds=1),
+        tags: Iterable[str] = (),
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -104,6 +110,9 @@ class Scheduler(Declarations, Operations):
             prepare_engine(engine)
         self.engine = engine
         self._store = Store(engine, table)
+        self._store.tags = node_tags(tags, self.node_id)
+        self.tags = self._store.tags
+        """This node's tags (its id among them): it runs rows requiring one, or none."""
         self.client = Client(engine=engine, table=table)
         """The :class:`Client` on this scheduler's table: every operation, also from code
         that holds the scheduler."""
@@ -183,6 +192,8 @@ class Scheduler(Declarations, Operations):
         if store.dialect.supports_notify:
             self._listener = NotifyListener(self.engine, store.dialect, store.channel, self._wakeup)
             self._listener.start()
+        if any(d.options.isolation == "process" for d in self._tasks.values()):
+            warm_up()
         self._heartbeat.start()
         self._finisher.start()
         self._poller.start()
@@ -236,7 +247,7 @@ class Scheduler(Declarations, Operations):
         self._release(self._executor.close(), "never started")
         for ex in self._executor.running():
             ex.ctx.stop_requested.set()
-        if self._executor.wait(timeout):
+        if self._executor.wait(timeout) or self._executor.end_children():
             self._stop_engine()
         else:
             names = sorted({ex.task.name for ex in self._executor.running()})

@@ -8,6 +8,7 @@ dialects' business: :mod:`dbscheduler.dialects.types`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -30,6 +31,9 @@ __all__ = [
     "MAX_ERROR_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_STATE_BYTES",
+    "control_columns",
+    "groups_table_name",
+    "make_groups_table",
     "make_table",
     "split_table_name",
 ]
@@ -51,8 +55,11 @@ MAX_DATA_BYTES = MAX_STATE_BYTES
 MAX_OPTIONS_LENGTH = 2000
 """Longest ``options`` JSON text (execution options stored with a row)."""
 
-REVISION = 3
+REVISION = 4
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
+
+GROUPS_SUFFIX = "_groups"
+"""The group-limit table of ``<table>`` is ``<table>_groups``."""
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _TABLE_NAME = re.compile(rf"^(?:({_IDENT})\.)?({_IDENT})$")
@@ -90,7 +97,8 @@ def make_table(
     pick's ``claim`` stamp and the ``prev_*`` copies of what a pick overwrote (a pick whose
     answer was lost, or a database without ``RETURNING``, reads them back), and widens
     ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
-    runtime columns (:func:`runtime_columns`).
+    runtime columns (:func:`runtime_columns`); 4 the execution controls
+    (:func:`control_columns`; the limits live in :func:`make_groups_table`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -141,6 +149,7 @@ def make_table(
         ),
         *(revision_2_columns() if revision >= 2 else []),
         *(runtime_columns() if revision >= 3 else []),
+        *(control_columns() if revision >= 4 else []),
         sa.UniqueConstraint("queue_name", name=f"{name}_uq"),
         sa.Index(f"{name}_next_idx", "next_process_at"),
         *([sa.Index(f"{name}_claim_idx", "claim")] if revision >= 2 else []),
@@ -149,7 +158,35 @@ def make_table(
         schema=schema,
         **table_options(),
     )
+    if revision >= 4:
+        control_indexes(table)
     return table
+
+
+PARTIAL_INDEXES = frozenset({"postgresql", "sqlite", "mssql"})
+"""Databases with partial (filtered) indexes: there the control indexes leave out the rows
+that use no control, so that the many rows that do not cost nothing to keep indexed."""
+
+
+def control_indexes(table: sa.Table) -> list[sa.Index]:
+    """The indexes revision 4 adds (attached to ``table``):
+
+    * ``<name>_group_idx (task_group, locked_by)`` — a group's running rows, without reading
+      its waiting ones; only rows with a group where the database allows;
+    * ``<name>_pick_idx (handler, priority DESC, next_process_at)``, only rows whose priority
+      is not 0, and only where the database allows (elsewhere it is not made: only the
+      PostgreSQL pick looks for its rows per handler, in this order).
+    """
+    t, name = table, table.name
+    grouped: dict[str, Any] = {f"{d}_where": t.c.task_group.is_not(None)
+                               for d in sorted(PARTIAL_INDEXES)}
+    prioritised: dict[str, Any] = {f"{d}_where": t.c.priority != 0
+                                   for d in sorted(PARTIAL_INDEXES)}
+    return [
+        sa.Index(f"{name}_group_idx", t.c.task_group, t.c.locked_by, **grouped),
+        sa.Index(f"{name}_pick_idx", t.c.handler, t.c.priority.desc(), t.c.next_process_at,
+                 **prioritised),
+    ]
 
 
 def revision_2_columns() -> list[sa.Column[Any]]:
@@ -176,6 +213,54 @@ def runtime_columns() -> list[sa.Column[Any]]:
         sa.Column("data", state_type(), nullable=True),
         sa.Column("options", sa.Unicode(MAX_OPTIONS_LENGTH), nullable=True),
     ]
+
+
+def control_columns() -> list[sa.Column[Any]]:
+    """The columns revision 4 adds, copies of options the pick filters and orders by (the
+    ``options`` JSON holds them all): ``priority`` (higher first), ``task_group`` (whose
+    running executions ``<table>_groups`` may cap) and ``requires`` (the tag a node must
+    carry). Their indexes: :func:`control_indexes`."""
+    return [
+        sa.Column("priority", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("task_group", name_type(MAX_NAME_LENGTH), nullable=True),
+        sa.Column("requires", name_type(MAX_NAME_LENGTH), nullable=True),
+    ]
+
+
+def groups_table_name(qualified_name: str) -> str:
+    """``<table>_groups`` with the same schema. A table name too long for the suffix within
+    63 characters is shortened, with a hash of the full name kept unique.
+
+    >>> groups_table_name("ops.jobs")
+    'ops.jobs_groups'
+    """
+    schema, name = split_table_name(qualified_name)
+    grouped = f"{name}{GROUPS_SUFFIX}"
+    if len(grouped) > 63:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        grouped = f"{name[:63 - len(GROUPS_SUFFIX) - 9]}_{digest}{GROUPS_SUFFIX}"
+    return f"{schema}.{grouped}" if schema else grouped
+
+
+def make_groups_table(qualified_name: str = DEFAULT_TABLE,
+                      metadata: sa.MetaData | None = None) -> sa.Table:
+    """The table of group limits of the scheduler table ``qualified_name``: one row per
+    limited group, ``max_running`` its cap across the cluster. A group without a row has no
+    limit.
+
+    >>> make_groups_table("jobs").name
+    'jobs_groups'
+    """
+    schema, name = split_table_name(groups_table_name(qualified_name))
+    return sa.Table(
+        name,
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("name", name_type(MAX_NAME_LENGTH), primary_key=True),
+        sa.Column("max_running", sa.Integer(), nullable=False),
+        sa.Column("updated_at", UTCDateTime(), nullable=True),
+        schema=schema,
+        **table_options(),
+    )
 
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)

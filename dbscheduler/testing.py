@@ -42,9 +42,10 @@ from ._execution import Ended
 from ._executor import call
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat
-from ._poller import prepare, undecodable
+from ._poller import prepare, skipped, undecodable
 from .context import Status, TaskContext, TaskInfo
 from .listeners import Listeners, Outcome
+from .options import misfired
 from .scheduler import Scheduler
 
 __all__ = ["Run", "TestScheduler"]
@@ -60,7 +61,7 @@ class Run:
 
     name: str
     status: Status
-    """``success``, ``error`` or ``cancelled``."""
+    """``success``, ``error``, ``cancelled``, or ``skipped`` (``misfire="skip"``, picked late)."""
     error: str | None
     """``"Type: message"`` of a failure (or ``Result.error``'s message), else ``None``."""
     attempt: int
@@ -214,13 +215,17 @@ class TestScheduler:
             if not picked.rows:
                 return self._runs[first:]
             for row in picked.rows:
-                prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher)
+                prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher,
+                                   store.table_name)
                 if prepared is None:
                     continue
                 execution, state_error = prepared
                 ended: Ended
+                ctx = execution.ctx
                 if state_error is not None:
                     ended = undecodable(execution, state_error)
+                elif misfired(execution.task.options, ctx.scheduled_at, ctx.started_at):
+                    ended = skipped(execution)
                 else:
                     ended = call(execution, self._listeners, self._run_coroutine)
                 self._finisher.write_now([ended])

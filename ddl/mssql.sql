@@ -93,6 +93,41 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0003 -> dbscheduler_0004
+
+ALTER TABLE scheduled_tasks ADD priority INTEGER NOT NULL DEFAULT 0;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD task_group NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD requires NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL;
+
+GO
+
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by) WHERE task_group IS NOT NULL;
+
+GO
+
+CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, next_process_at) WHERE priority != 0;
+
+GO
+
+CREATE TABLE scheduled_tasks_groups (
+    name NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+    max_running INTEGER NOT NULL, 
+    updated_at DATETIME2(6) NULL, 
+    PRIMARY KEY (name)
+);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003';
+
+GO
+
 COMMIT;
 
 GO

@@ -61,3 +61,22 @@ CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_proce
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002';
 
+-- Running upgrade dbscheduler_0003 -> dbscheduler_0004
+
+ALTER TABLE scheduled_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE scheduled_tasks ADD COLUMN task_group VARCHAR(255) COLLATE utf8mb4_bin;
+
+ALTER TABLE scheduled_tasks ADD COLUMN requires VARCHAR(255) COLLATE utf8mb4_bin;
+
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by);
+
+CREATE TABLE scheduled_tasks_groups (
+    name VARCHAR(255) COLLATE utf8mb4_bin NOT NULL, 
+    max_running INTEGER NOT NULL, 
+    updated_at DATETIME(6), 
+    PRIMARY KEY (name)
+)ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003';
+

@@ -91,6 +91,37 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0003 -> dbscheduler_0004
+
+ALTER TABLE scheduled_tasks ADD priority INTEGER DEFAULT 0 NOT NULL
+
+/
+
+ALTER TABLE scheduled_tasks ADD task_group VARCHAR2(255 CHAR)
+
+/
+
+ALTER TABLE scheduled_tasks ADD requires VARCHAR2(255 CHAR)
+
+/
+
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by)
+
+/
+
+CREATE TABLE scheduled_tasks_groups (
+    name VARCHAR2(255 CHAR) NOT NULL, 
+    max_running INTEGER NOT NULL, 
+    updated_at TIMESTAMP WITH TIME ZONE, 
+    PRIMARY KEY (name)
+)
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003'
+
+/
+
 COMMIT
 
 /

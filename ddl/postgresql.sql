@@ -61,5 +61,26 @@ CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_proce
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002';
 
+-- Running upgrade dbscheduler_0003 -> dbscheduler_0004
+
+ALTER TABLE scheduled_tasks ADD COLUMN priority INTEGER DEFAULT 0 NOT NULL;
+
+ALTER TABLE scheduled_tasks ADD COLUMN task_group VARCHAR(255);
+
+ALTER TABLE scheduled_tasks ADD COLUMN requires VARCHAR(255);
+
+CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by) WHERE task_group IS NOT NULL;
+
+CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, next_process_at) WHERE priority != 0;
+
+CREATE TABLE scheduled_tasks_groups (
+    name VARCHAR(255) NOT NULL, 
+    max_running INTEGER NOT NULL, 
+    updated_at TIMESTAMP WITH TIME ZONE, 
+    PRIMARY KEY (name)
+);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003';
+
 COMMIT;
 

@@ -20,6 +20,8 @@ from functools import cache
 
 import sqlalchemy as sa
 
+from dbscheduler.table import groups_table_name
+
 LOCAL = {
     "postgresql": ("127.0.0.1", 5432, "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
     "mysql": ("127.0.0.1", 3306, "mysql+pymysql://root@127.0.0.1:3306/test"),
@@ -150,11 +152,12 @@ def unique_table() -> str:
 
 
 def drop_table(url: str, table: str) -> None:
-    """Drop ``table`` and its migration version table, if they exist."""
+    """Drop ``table``, its group-limit table and its migration version table, if they
+    exist."""
     # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
     engine = sa.create_engine(url)
     try:
-        for name in (table, f"{table}_version"):
+        for name in (table, groups_table_name(table), f"{table}_version"):
             sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     finally:
         engine.dispose()

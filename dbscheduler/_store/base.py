@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -20,7 +20,7 @@ from ..dialects import Dialect, autocommits, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
 from ..logfields import engine_log
-from ..table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name
+from ..table import COLUMNS, MAX_NAME_LENGTH, make_groups_table, make_table, split_table_name
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
 
@@ -40,6 +40,16 @@ class StoreBase:
         self.engine = engine
         self.table_name = table
         self.table = make_table(table)
+        self.later = self.table.alias("later")
+        """The table under another name, for subqueries of a statement on the table."""
+        self.groups = make_groups_table(table)
+        """``<table>_groups``: the limits of concurrency groups."""
+        self.tags: frozenset[str] = frozenset()
+        """The tags of the node this store picks for (its id among them): it takes rows
+        that require one of them, or none."""
+        self._full_groups: sa.Select[Any] | None = None
+        self._eligible: dict[tuple[object, frozenset[str], bool], sa.ColumnElement[bool]] = {}
+        """Conditions of :mod:`.controls`, built once (building them is costly)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -65,6 +75,8 @@ class StoreBase:
             raise SchemaMissing(self.table_name, self.safe_url())
         present = {c["name"].lower() for c in inspector.get_columns(name, schema=schema)}
         missing = [c for c in COLUMNS if c not in present]
+        if not missing and not inspector.has_table(self.groups.name, schema=schema):
+            missing = [f"(table {self.groups.name})"]
         if missing:
             raise SchemaMismatch(self.table_name, missing)
 

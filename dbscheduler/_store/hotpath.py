@@ -24,6 +24,7 @@ from ..dialects import PickedRow, db_now, db_now_plus
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from .base import StoreBase
+from .controls import settle
 from .finish import FinishWrite, finish_batch
 from .pick import pick_rows
 from .registration import Registration, register
@@ -60,6 +61,8 @@ class Picked:
     rows: list[PickedRow]
     next_due: datetime | None = None
     next_due_known: bool = False
+    given_back: int = 0
+    """Rows taken and given back at once: their group was over its limit."""
 
 
 class Store(StoreBase):
@@ -141,6 +144,9 @@ class Store(StoreBase):
         rows = self.retrying(
             "pick", lambda: pick_rows(self, node_id, limit, lease, known, exclude)
         )
+        rows, given_back = settle(self, node_id, rows)
+        if given_back:
+            return Picked(rows, given_back=given_back)
         if rows and "next_due" in rows[0] and len(rows) < limit:
             # Fewer rows than asked: every due row was taken, so the backend's "earliest
             # later row" is this node's next due time.

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from .. import _faultpoints
 from ..dialects import PickedRow
 from ..logfields import engine_log
+from .controls import eligible
 from .runtime import due_candidates, next_due_of
 
 if TYPE_CHECKING:
@@ -44,14 +45,19 @@ def pick_rows(
     try:
         with store.autocommit() as conn:
             name_filter = store._name_filter(conn, known)
-            where = t.c.paused == False  # noqa: E712
+            candidates = (due_candidates(store, known, limit, exclude)
+                          if store.dialect.uses_candidates else None)
+            # The candidates passed the full-group filter already; repeated on the outer
+            # rows it would turn PostgreSQL's plan into a scan of the whole table.
+            where = sa.and_(t.c.paused == False,  # noqa: E712
+                            eligible(store, t, store.tags, groups=candidates is None))
             if name_filter is not None:
                 where = sa.and_(where, name_filter)
             if exclude:
                 where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
             rows = store.dialect.pick(
                 conn, t, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim,
-                candidates=due_candidates(store, known, limit, exclude),
+                candidates=candidates,
                 next_due=next_due_of(store, known, later=True),
             )
             _faultpoints.reached("pick")

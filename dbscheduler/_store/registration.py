@@ -24,13 +24,19 @@ class Registration:
     name: str
     schedule: str
     first_run: Callable[[datetime], datetime]
+    options: str | None = None
+    """The execution options as stored JSON text (``None``: all defaults)."""
+    priority: int = 0
+    group: str | None = None
+    requires: str | None = None
 
 
 def register(store: StoreBase, items: Sequence[Registration]) -> None:
-    """Insert each task unless present; apply a changed schedule at once.
+    """Insert each task unless present; apply a changed schedule and changed options at once.
 
     A row that exists keeps its state; when its ``schedule`` text differs, its next time is
-    recomputed from the new schedule unless it is running, and the text updated.
+    recomputed from the new schedule unless it is running, and the text updated. Changed
+    options are written as they are (a running execution keeps the ones it started with).
     """
     store.retrying("registration", lambda: _register(store, items))
 
@@ -43,15 +49,19 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
     # below go to the server back to back, so the transaction never waits on this process.
     with store.read() as conn:
         now = store.now(conn)
-        present = {
-            r.queue_name: r.schedule
-            for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule))
-        }
+        present: dict[str, str | None] = {}
+        stored_options: dict[str, str | None] = {}
+        for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule, t.c.options)):
+            present[r.queue_name] = r.schedule
+            stored_options[r.queue_name] = r.options
     first = {item.name: item.first_run(now) for item in ordered}
     missing = [item for item in ordered if item.name not in present]
     # Rows another node inserted meanwhile are checked too: the statement itself only
     # touches rows whose schedule text differs.
     check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
+    # Rows inserted meanwhile by a node with other options: the last registration wins.
+    reoption = [i for i in ordered
+                if i.name not in present or stored_options[i.name] != i.options]
     # Each statement below is idempotent on its own: autocommit where the insert needs no
     # savepoint (MySQL has no server-side bound on an idle transaction).
     writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
@@ -70,6 +80,10 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                     "paused": False,
                     "schedule": item.schedule,
                     "stop_requested": False,
+                    "options": item.options,
+                    "priority": item.priority,
+                    "task_group": item.group,
+                    "requires": item.requires,
                 }
                 for item in missing
             ])
@@ -97,5 +111,16 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             if changed and changed > 0:
                 log.info("%d task(s) registered with a changed schedule: %s", changed,
                          ", ".join(repr(i.name) for i in check if i.name in present))
+        if reoption:
+            conn.execute(
+                sa.update(t)
+                .where(t.c.queue_name == b("o_name", type_=t.c.queue_name.type))
+                .values(options=b("o_options", type_=t.c.options.type),
+                        priority=b("o_priority", type_=t.c.priority.type),
+                        task_group=b("o_group", type_=t.c.task_group.type),
+                        requires=b("o_requires", type_=t.c.requires.type)),
+                [{"o_name": i.name, "o_options": i.options, "o_priority": i.priority,
+                  "o_group": i.group, "o_requires": i.requires} for i in reoption],
+            )
         if items:
             store.notify(conn)

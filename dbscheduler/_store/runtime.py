@@ -13,6 +13,7 @@ from .. import _faultpoints
 from ..dialects import db_now
 from ..logfields import engine_log
 from .base import StoreBase
+from .controls import eligible
 
 __all__ = ["UNION_LIMIT", "RuntimeRow", "due_candidates", "next_due_of", "write_runtime"]
 
@@ -27,16 +28,21 @@ def next_due_of(
     store: StoreBase, known: Collection[str], *, later: bool = False
 ) -> sa.Select[tuple[datetime]]:
     """The earliest ``next_process_at`` of the unpaused rows whose handler is in ``known``
-    (``later``: only of those not yet due).
+    and that this node may take (:func:`~.controls.eligible`; ``later``: only of those not
+    yet due).
 
-    Each handler's minimum is one descent of the ``(handler, next_process_at)`` index, so the
-    cost does not grow with the rows of the table (a million pending one-off jobs); a single
-    ``min`` over ``handler IN (…)`` would read every matching index entry on most databases.
+    Each handler's earliest row is one walk of the ``(handler, next_process_at)`` index in
+    order, stopping at the first row that passes the filter, so the cost does not grow with
+    the rows of the table (a million pending one-off jobs); a single ``min`` over ``handler IN
+    (…)`` would read every matching index entry on most databases. Written as ``ORDER BY …
+    LIMIT 1`` rather than ``min()``: with the filter, a planner misled by its estimates could
+    aggregate every row of the handler instead.
     """
     # An alias: inside the pick's ``UPDATE … RETURNING`` the plain table would be correlated
     # with the updated row.
-    t = store.table.alias("later") if later else store.table
+    t = store.later if later else store.table
     unpaused = sa.and_(t.c.paused == False,  # noqa: E712
+                       eligible(store, t, store.tags),
                        *([t.c.next_process_at > db_now()] if later else []))
     names = sorted(known)
     if not names or len(names) > UNION_LIMIT:
@@ -44,8 +50,13 @@ def next_due_of(
             unpaused, store.dialect.names_in(t.c.handler, names)
         )
     each = [
-        sa.select(sa.func.min(t.c.next_process_at).label("due")).where(
-            unpaused, t.c.handler == sa.literal(h, t.c.handler.type)
+        sa.select(
+            sa.select(t.c.next_process_at)
+            .where(unpaused, t.c.handler == sa.literal(h, t.c.handler.type))
+            .order_by(t.c.next_process_at)
+            .limit(1)
+            .scalar_subquery()
+            .label("due")
         )
         for h in names
     ]
@@ -58,24 +69,31 @@ def next_due_of(
 def due_candidates(
     store: StoreBase, known: Collection[str], limit: int, exclude: Collection[int]
 ) -> sa.ColumnElement[bool] | None:
-    """``id IN`` the ``limit`` earliest due rows of each handler in ``known`` (one descent of
-    the handler index each): where the due rows of a pick are, for a planner that would
+    """``id IN`` the ``limit`` first due rows of each handler in ``known`` in the pick's order
+    (priority, then due time): where the due rows of a pick are, for a planner that would
     otherwise walk the due-time index past every row of other handlers. ``None`` for a long
-    list of handlers."""
+    list of handlers.
+
+    Per handler, two index walks that each stop after ``limit`` rows: the rows of priority 0
+    in due order (the ``(handler, next_process_at)`` index), and the others in priority order
+    (the partial ``pick_idx``). The first ``limit`` rows overall are among them.
+    """
     if not known or len(known) > UNION_LIMIT:
         return None
     t = store.table
+    # A literal, not a parameter: so the partial index's predicate (priority != 0) matches.
+    zero: sa.ColumnElement[int] = sa.literal_column("0")
     each = [
         sa.select(t.c.id)
         .where(t.c.handler == sa.literal(h, t.c.handler.type), t.c.paused == False,  # noqa: E712
-               t.c.next_process_at <= db_now(),
+               t.c.next_process_at <= db_now(), eligible(store, t, store.tags),
+               t.c.priority == zero if plain else t.c.priority != zero,
                *([t.c.id.not_in(sorted(exclude))] if exclude else []))
-        .order_by(t.c.next_process_at)
+        .order_by(*([] if plain else [t.c.priority.desc()]), t.c.next_process_at)
         .limit(int(limit))
         for h in sorted(known)
+        for plain in (True, False)
     ]
-    if len(each) == 1:
-        return t.c.id.in_(each[0])
     ids = sa.union_all(*each).subquery("candidates")
     return t.c.id.in_(sa.select(ids.c.id))
 
@@ -90,6 +108,10 @@ class RuntimeRow:
     first_run: Callable[[datetime], datetime]
     data: str | None
     options: str | None
+    """The options as stored JSON text (all of them)."""
+    priority: int = 0
+    group: str | None = None
+    requires: str | None = None
 
 
 def write_runtime(store: StoreBase, row: RuntimeRow) -> bool:
@@ -116,6 +138,9 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             schedule=row.schedule,
             data=row.data,
             options=row.options,
+            priority=row.priority,
+            task_group=row.group,
+            requires=row.requires,
             next_process_at=sa.case((idle, first), else_=t.c.next_process_at),
             attempt=sa.case((idle, 0), else_=t.c.attempt),
         )
@@ -130,6 +155,7 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
         store.dialect.insert_if_absent(conn, t, {
             "queue_name": row.name, "handler": row.handler, "payload": None,
             "data": row.data, "options": row.options, "created_at": now,
+            "priority": row.priority, "task_group": row.group, "requires": row.requires,
             "next_process_at": first, "attempt": 0, "reenqueue_attempt": 0,
             "total_attempt": 0, "paused": False, "schedule": row.schedule,
             "stop_requested": False,

@@ -21,7 +21,8 @@ from .target import Target
 NON_TTY_WIDTH = 1000
 """Line width limit when stdout is not a terminal and ``$COLUMNS`` is unset (rich would use
 80): piped output keeps one task per line, at its natural width, for grep and awk."""
-STATUS_STYLES = {"success": "green", "error": "red", "lost": "yellow", "cancelled": "magenta"}
+STATUS_STYLES = {"success": "green", "error": "red", "lost": "yellow", "cancelled": "magenta",
+                 "timeout": "red", "skipped": "dim"}
 
 
 def make_console() -> Console:
@@ -126,6 +127,7 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
     table.add_column("name", style="bold", overflow="fold")
     table.add_column("schedule", overflow="fold")
     table.add_column("handler", overflow="fold")
+    table.add_column("options", overflow="fold")
     table.add_column("next run (UTC)", no_wrap=True)
     table.add_column("last run", no_wrap=True)
     table.add_column("attempt", justify="right")
@@ -137,6 +139,7 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
             Text(info.name),
             Text(info.schedule or "-"),
             handler_text(info, now),
+            options_text(info),
             _next_run(info, now),
             _last_run(info, now),
             str(info.attempt),
@@ -145,6 +148,17 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
             Text(info.locked_by or "-"),
         )
     return table
+
+
+def options_text(info: TaskInfo) -> Text:
+    """The row's execution options that differ from the defaults, ``key=value`` each."""
+    if not info.options:
+        return Text("-", style="dim")
+    parts = []
+    for key, value in info.options.items():
+        shown = f"{value:g}s" if key in ("timeout", "grace", "jitter") else value
+        parts.append(f"{key}={shown}")
+    return Text(" ".join(parts))
 
 
 UNRUN_AFTER = timedelta(seconds=60)
@@ -184,6 +198,7 @@ def task_details(info: TaskInfo, now: datetime) -> Table:
         ("schedule", Text(info.schedule or "-")),
         ("handler", handler_text(info, now)),
         ("data", Text("-" if info.data is None else json.dumps(info.data))),
+        ("options", options_text(info)),
         ("status", status),
         (next_label, when(info.next_process_at)),
         ("paused", Text("yes" if info.paused else "no", style="yellow" if info.paused else "")),

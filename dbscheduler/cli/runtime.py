@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..schedules import Cron, FixedDelay, FixedRate, Once, Schedule
+from .controls import execution_options, given_options
 from .group import cli
 from .node import load_scheduler
 from .target import OperationFailed, database_options, opened, resolve
@@ -41,11 +42,14 @@ def _schedule_from(cron: str | None, tz: str, every: float | None, delay: float 
 @click.option("--delay", type=float, help="run S seconds after each run ends (fixed delay)")
 @click.option("--at", metavar="ISO8601", help="run once at this time (a one-off job)")
 @click.option("--data", metavar="JSON", help="JSON the handler receives as ctx.data")
+@execution_options
 @database_options
 def schedule(name: str, handler: str, cron: str | None, tz: str, every: float | None,
              delay: float | None, at: str | None, data: str | None, url: str | None,
-             table: str | None) -> None:
-    """Create or update a runtime task run by HANDLER (its counters are kept)."""
+             table: str | None, **flags: Any) -> None:
+    """Create or update a runtime task run by HANDLER (its counters are kept), with its
+    execution options."""
+    options = given_options(flags)
     when = _schedule_from(cron, tz, every, delay, at)
     value: Any = None
     if data is not None:
@@ -56,7 +60,7 @@ def schedule(name: str, handler: str, cron: str | None, tz: str, every: float | 
     target = resolve(url, table)
     with opened(target) as client:
         try:
-            client.schedule(name, handler, when, data=value)
+            client.schedule(name, handler, when, data=value, **options)
         except ValueError as exc:
             raise OperationFailed(str(exc)) from None
         info = client.info(name)

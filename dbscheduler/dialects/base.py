@@ -89,6 +89,8 @@ class Dialect:
     (short, back-to-back) transaction; otherwise each of its statements autocommits."""
     transaction_isolation: ClassVar[str] = "READ COMMITTED"
     """Isolation of the store's transactions on an engine that autocommits by default."""
+    uses_candidates: ClassVar[bool] = False
+    """:meth:`pick` uses its ``candidates`` (the store builds them only then)."""
     update_from_values: ClassVar[bool] = False
     """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
     from :meth:`batch_rows`)."""
@@ -222,7 +224,8 @@ class Dialect:
         node_id: str,
         claim: str,
     ) -> sa.Update:
-        """The portable pick: one ``UPDATE … WHERE id IN (the oldest due ids)``.
+        """The portable pick: one ``UPDATE … WHERE id IN (the first due ids)``, highest
+        ``priority`` first, then earliest due.
 
         It holds no lock once it ends. Two pickers that chose the same row serialise on its
         row lock for the length of one statement; the second then finds the row no longer due
@@ -234,7 +237,7 @@ class Dialect:
         oldest = (
             sa.select(due.c.id)
             .where(ClauseAdapter(due).traverse(where), due.c.next_process_at <= db_now())
-            .order_by(due.c.next_process_at)
+            .order_by(due.c.priority.desc(), due.c.next_process_at)
             .limit(int(limit))
         )
         return (
@@ -285,7 +288,7 @@ class Dialect:
         stmt = (
             sa.select(t)
             .where(t.c.claim == claim, t.c.locked_by == node_id)
-            .order_by(t.c.prev_next_process_at, t.c.id)
+            .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
         )
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
@@ -295,6 +298,26 @@ class Dialect:
         """``rows`` as a derived table ``name(columns…)`` to update from, with the parameters
         to execute it with: ``(VALUES (…), …)`` by default."""
         return sa.values(*columns, name=name).data([tuple(r) for r in rows]), {}
+
+    # -- fenced transactions -------------------------------------------------------------
+    def fence_statement(
+        self, table: sa.Table, id_: int, token: int, node_id: str
+    ) -> sa.Select[Any]:
+        """Select the row if it still belongs to the execution ``(id_, token, node_id)``,
+        locking it for share until the transaction ends (``FOR SHARE``)."""
+        t = table
+        return (
+            sa.select(t.c.id)
+            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+            .with_for_update(read=True)
+        )
+
+    def hold_fence(
+        self, conn: Connection, table: sa.Table, id_: int, token: int, node_id: str
+    ) -> bool:
+        """Inside the user's transaction on ``conn``: whether the execution still owns its
+        row; if so the row stays locked against a takeover until that transaction ends."""
+        return conn.execute(self.fence_statement(table, id_, token, node_id)).first() is not None
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, conn: Connection, channel: str, payload: str) -> None:

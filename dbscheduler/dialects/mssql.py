@@ -6,7 +6,8 @@ The pick is the classic SQL Server queue statement::
 
     WITH dbscheduler_due AS (
         SELECT TOP n * FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-        WHERE <filter> AND next_process_at <= SYSUTCDATETIME() ORDER BY next_process_at)
+        WHERE <filter> AND next_process_at <= SYSUTCDATETIME()
+        ORDER BY priority DESC, next_process_at)
     UPDATE dbscheduler_due SET attempt = dbscheduler_due.attempt + 1, …
     OUTPUT inserted.*
 
@@ -53,6 +54,8 @@ PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
 
 INSERT_GUARD_HINTS = "WITH (UPDLOCK, HOLDLOCK)"
+FENCE_HINTS = "WITH (HOLDLOCK, ROWLOCK)"
+"""A fenced transaction's check: a shared row lock kept until the transaction ends."""
 """Hints of the registration's existence probe: ``HOLDLOCK`` (serializable) keeps a key-range
 lock on the absent name until commit, ``UPDLOCK`` makes two probes of the same range queue up
 instead of deadlocking; the same protection as ``MERGE … WITH (HOLDLOCK)``."""
@@ -141,6 +144,17 @@ class MSSQLDialect(Dialect):
         return column.in_(values.columns(sa.column("value", sa.Unicode())))
 
     # -- the pick ------------------------------------------------------------------------
+    def fence_statement(
+        self, table: sa.Table, id_: int, token: int, node_id: str
+    ) -> sa.Select[Any]:
+        # A shared row lock held to the end of the transaction (SQL Server has no FOR SHARE).
+        t = table
+        return (
+            sa.select(t.c.id)
+            .with_hint(t, FENCE_HINTS, "mssql")
+            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+        )
+
     def is_transient(self, exc: BaseException) -> bool:
         state, codes = _odbc_error(exc)
         return state == "40001" or bool(codes & {1205})  # 1205: chosen as deadlock victim
@@ -196,7 +210,7 @@ def pick_statement(
         sa.select(t)
         .with_hint(t, PICK_HINTS, "mssql")
         .where(where, t.c.next_process_at <= db_now())
-        .order_by(t.c.next_process_at)
+        .order_by(t.c.priority.desc(), t.c.next_process_at)
         .limit(int(limit))
         .cte("dbscheduler_due")
     )

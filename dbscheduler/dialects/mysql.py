@@ -2,11 +2,11 @@
 
 Neither server has ``UPDATE … RETURNING`` (MariaDB only on ``INSERT``/``DELETE``), and neither
 accepts ``LIMIT`` in an ``IN`` subquery of the updated table. The pick is therefore a
-single-table ``UPDATE … WHERE due ORDER BY next_process_at LIMIT n`` that stamps a fresh claim
-value and copies the overwritten values to ``prev_*`` (assignments run left to right), followed
-by a plain non-locking ``SELECT`` of the claimed rows. Under READ COMMITTED a concurrent pick
-waits for that one statement only, then finds the rows no longer due and skips them: no lock
-outlives a statement.
+single-table ``UPDATE … WHERE due ORDER BY priority DESC, next_process_at LIMIT n`` that stamps
+a fresh claim value and copies the overwritten values to ``prev_*`` (assignments run left to
+right), followed by a plain non-locking ``SELECT`` of the claimed rows. Under READ COMMITTED a
+concurrent pick waits for that one statement only, then finds the rows no longer due and skips
+them: no lock outlives a statement.
 
 Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)``.
 """
@@ -49,7 +49,8 @@ log = engine_log("dbscheduler.dialects")
 
 
 class OldestFirstUpdate(Update):
-    """A single-table ``UPDATE … ORDER BY next_process_at LIMIT n`` (``mysql_limit``)."""
+    """A single-table ``UPDATE … ORDER BY priority DESC, next_process_at LIMIT n``
+    (``mysql_limit``)."""
 
     inherit_cache = True
 
@@ -63,7 +64,8 @@ def _oldest_first(element: OldestFirstUpdate, compiler: SQLCompiler, **kw: Any) 
         raise ValueError("OldestFirstUpdate needs mysql_limit")
     table = element.table
     assert isinstance(table, sa.Table)
-    order = compiler.process(table.c.next_process_at, **kw)
+    order = (f"{compiler.process(table.c.priority, **kw)} DESC, "
+             f"{compiler.process(table.c.next_process_at, **kw)}")
     return f"{head} ORDER BY {order}{limit}{count}"
 
 

@@ -1,11 +1,12 @@
 """Oracle ≥ 19 (python-oracledb, thin or thick): the portable one-statement pick.
 
 **The pick** is :class:`~.base.Dialect`'s: one autocommit ``UPDATE … WHERE due AND id IN
-(SELECT … ORDER BY next_process_at FETCH FIRST n ROWS ONLY)`` stamping a claim, then a plain
-read of the claimed rows. No lock outlives the statement (a ``FOR UPDATE`` cursor would hold
-its locks until the commit, across the round trips of the fetch and the update). Two pickers
-that chose the same row queue on its row lock for one statement; Oracle then re-evaluates the
-``WHERE`` on the changed row (write consistency: the statement restarts) and skips it.
+(SELECT … ORDER BY priority DESC, next_process_at FETCH FIRST n ROWS ONLY)`` stamping a claim,
+then a plain read of the claimed rows. No lock outlives the statement (a ``FOR UPDATE`` cursor
+would hold its locks until the commit, across the round trips of the fetch and the update). Two
+pickers that chose the same row queue on its row lock for one statement; Oracle then
+re-evaluates the ``WHERE`` on the changed row (write consistency: the statement restarts) and
+skips it.
 
 **Timestamps** are ``TIMESTAMP WITH TIME ZONE`` holding UTC at offset ``+00:00``:
 
@@ -121,6 +122,17 @@ def _bind_types(
 
 class OracleDialect(Dialect):
     name = "oracle"
+
+    def fence_statement(
+        self, table: sa.Table, id_: int, token: int, node_id: str
+    ) -> sa.Select[Any]:
+        # Oracle has no shared row lock: FOR UPDATE holds the row until the transaction ends.
+        t = table
+        return (
+            sa.select(t.c.id)
+            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+            .with_for_update()
+        )
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return ORA_TIMESTAMP(timezone=True)

@@ -97,6 +97,7 @@ class PostgreSQLDialect(Dialect):
 
     supports_notify = True
     returning_update = True
+    uses_candidates = True
     update_from_values = True
 
     def insert_if_absent(
@@ -139,7 +140,7 @@ class PostgreSQLDialect(Dialect):
             # row by row, in due-time order on every pick.
             .where(where, t.c.next_process_at <= db_now(),
                    *([candidates] if candidates is not None else []))
-            .order_by(t.c.next_process_at)
+            .order_by(t.c.priority.desc(), t.c.next_process_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
             .cte("due")

@@ -135,6 +135,19 @@ class SQLiteDialect(Dialect):
         stmt = sqlite_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
         conn.execute(stmt, list(rows))
 
+    def hold_fence(
+        self, conn: Connection, table: sa.Table, id_: int, token: int, node_id: str
+    ) -> bool:
+        # SQLite has no row locks: a write takes the database's write lock, held until the
+        # transaction ends. A write that changes nothing does exactly that.
+        t = table
+        found = conn.execute(
+            sa.update(t)
+            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+            .values(id=t.c.id)
+        ).rowcount
+        return bool(found)
+
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         each = sa.func.json_each(sa.literal(json.dumps(list(names)))).table_valued("value")
         return column.in_(sa.select(each.c.value))

@@ -61,6 +61,11 @@ class Task(BaseModel):
     handler: str | None = Field(
         default=None, description="the handler that runs the row (a declared task's own name)")
     data: Any = Field(default=None, description="the row's data (decoded JSON), or null")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the row's execution options that differ from the defaults (priority, "
+                    "group, requires, timeout, isolation, misfire, grace, jitter; durations "
+                    "in seconds)")
     running: bool
 
 

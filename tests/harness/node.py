@@ -21,9 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from dbscheduler import (
     FixedDelay,
     FixedRate,
+    LeaseLost,
     LinearBackoff,
     Outcome,
     Result,
@@ -31,6 +34,7 @@ from dbscheduler import (
     TaskContext,
     TaskInfo,
 )
+from tests.harness import isolated
 
 _real_time = time.time
 """The machine's wall clock, kept before ``--skew-wall`` may shift ``time.time``: events are
@@ -91,6 +95,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--group", action="append", default=[], metavar="PREFIX:COUNT:WORK[:ignore]",
                    help="also register COUNT tasks PREFIX-i working WORK s (same schedule); "
                         "':ignore' makes them ignore stop requests")
+    p.add_argument("--task-options", action="append", default=[], metavar="PREFIX=JSON",
+                   help="execution options (JSON object) for the tasks whose names start with "
+                        "PREFIX")
+    p.add_argument("--tags", default="", help="comma-separated node tags")
+    p.add_argument("--fence-table", default=None, metavar="TABLE",
+                   help="each execution ends by inserting (task, node, token) into TABLE "
+                        "through ctx.fenced, logging 'fenced' or 'fence_refused'")
+    p.add_argument("--isolated", action="append", default=[], metavar="NAME=FUNCTION",
+                   help="also register task NAME running tests.harness.isolated.FUNCTION in a "
+                        "child process (isolation='process')")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="shut down gracefully after S s, or as soon as the process that "
                         "started this node is gone (no orphans if a test run dies)")
@@ -108,8 +122,33 @@ def main(argv: list[str] | None = None) -> None:
             time.time = lambda: _real_time() + args.skew
 
     events = EventLog(args.log, args.node)
+    # Isolated children log through the same file (tests.harness.isolated reads these).
+    os.environ["HARNESS_LOG"], os.environ["HARNESS_NODE"] = args.log, args.node
+    tags = [t for t in args.tags.split(",") if t]
     scheduler = Scheduler(args.url, table=args.table, node_id=args.node,
-                          max_workers=args.workers, lease=args.lease, poll_interval=args.poll)
+                          max_workers=args.workers, lease=args.lease, poll_interval=args.poll,
+                          tags=tags)
+    task_options = [(prefix, json.loads(text))
+                    for prefix, text in (o.split("=", 1) for o in args.task_options)]
+
+    def options_for(name: str) -> dict[str, Any]:
+        return next((o for prefix, o in task_options if name.startswith(prefix)), {})
+
+    fence_engine = sa.create_engine(args.url) if args.fence_table else None
+    effects = (sa.Table(args.fence_table, sa.MetaData(), sa.Column("task", sa.String(200)),
+                        sa.Column("node", sa.String(200)), sa.Column("token", sa.Integer))
+               if args.fence_table else None)
+
+    def fenced_write(ctx: TaskContext) -> None:
+        assert fence_engine is not None and effects is not None
+        try:
+            with ctx.fenced(fence_engine) as conn:
+                conn.execute(effects.insert().values(task=ctx.name, node=args.node,
+                                                     token=ctx.total_attempt))
+        except LeaseLost:
+            events.write("fence_refused", task=ctx.name, token=ctx.total_attempt)
+        else:
+            events.write("fenced", task=ctx.name, token=ctx.total_attempt)
 
     def make_work(seconds: float, ignore_stop: bool) -> Callable[[TaskContext], Result | None]:
         def work(ctx: TaskContext) -> Result | None:
@@ -127,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
                     stopped = True
                     if not ignore_stop:
                         break
+            if fence_engine is not None:
+                fenced_write(ctx)
             events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
                          stop_requested=stopped)
             if args.state:
@@ -140,12 +181,19 @@ def main(argv: list[str] | None = None) -> None:
     schedule = FixedDelay(args.delay) if args.delay is not None else FixedRate(args.rate)
     on_failure = LinearBackoff(args.retry) if args.retry else None
     for i in range(args.tasks):
-        scheduler.add(f"{args.prefix}-{i}", work, schedule=schedule, on_failure=on_failure)
+        name = f"{args.prefix}-{i}"
+        scheduler.add(name, work, schedule=schedule, on_failure=on_failure, **options_for(name))
     for group in args.group:
         prefix, count, seconds, *flags = group.split(":")
         group_work = make_work(float(seconds), "ignore" in flags)
         for i in range(int(count)):
-            scheduler.add(f"{prefix}-{i}", group_work, schedule=schedule, on_failure=on_failure)
+            name = f"{prefix}-{i}"
+            scheduler.add(name, group_work, schedule=schedule, on_failure=on_failure,
+                          **options_for(name))
+    for spec in args.isolated:
+        name, function = spec.split("=", 1)
+        scheduler.add(name, getattr(isolated, function), schedule=schedule,
+                      on_failure=on_failure, **{"isolation": "process", **options_for(name)})
 
     class Recorder:
         def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:

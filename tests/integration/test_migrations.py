@@ -165,7 +165,7 @@ def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> N
     engine = sa.create_engine(f"sqlite:///{app / 'app.db'}")
     try:
         assert set(sa.inspect(engine).get_table_names()) == {
-            "alembic_version", "scheduled_tasks", "users"}
+            "alembic_version", "scheduled_tasks", "scheduled_tasks_groups", "users"}
         with engine.connect() as conn:
             heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
         assert HEAD in heads and len(heads) == 2

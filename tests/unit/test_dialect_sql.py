@@ -310,7 +310,8 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "last_finished_at": None, "last_status": None, "last_error": None,
         "schedule": "FixedRate(3600)", "stop_requested": 0, "claim": None,
         "prev_locked_by": None, "prev_next_process_at": None, "prev_last_started_at": None,
-        "handler": name, "data": None, "options": None,
+        "handler": name, "data": None, "options": None, "priority": 0, "task_group": None,
+        "requires": None,
     }
     base.update(values)
     return tuple(base[c] for c in COLUMNS)
@@ -320,7 +321,8 @@ def _default_replies(db: FakeDB, backend: str) -> None:
     now_sql = r"SYSUTCDATETIME\(\)" if backend == "mssql" else r"FROM_TZ\("
     db.on(rf"^SELECT {now_sql}.* AS db_now_1( FROM DUAL)?$", Reply(["db_now_1"], [(NOW,)]))
     db.on(r"AS next_due", Reply(["now", "next_due", "n", "max_id"], [(NOW, NOW, 2, 8)]))
-    db.on(r"^SELECT \S+\.queue_name, \S+\.schedule\s+FROM", Reply(["queue_name", "schedule"], []))
+    db.on(r"^SELECT \S+\.queue_name, \S+\.schedule, \S+\.options\s+FROM",
+          Reply(["queue_name", "schedule", "options"], []))
     db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
         ["queue_name", "id"], [(NAMES[0], 7), (NAMES[1], 8)]))
     db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.stop_requested",
@@ -410,10 +412,13 @@ def test_every_statement_binds_its_values(rig: Rig) -> None:
 def test_no_syntax_of_other_databases(rig: Rig) -> None:
     _workout(rig)
     for text in rig.db.sql():
-        # Oracle ≥ 12c limits the pick's id subquery with FETCH FIRST (no FOR UPDATE there).
+        # Oracle ≥ 12c limits the pick's id subquery with FETCH FIRST (no FOR UPDATE there),
+        # and the poll's earliest row of each handler (FETCH FIRST 1 ROWS ONLY).
         limit = r"\bLIMIT\b|\bOFFSET\b|\bFETCH NEXT\b"
-        if rig.backend == "mssql" or not re.search(r"^UPDATE .* AND \S+\.id IN \(SELECT", text,
-                                                    re.S):
+        if rig.backend == "mssql" or not (
+            re.search(r"^UPDATE .* AND \S+\.id IN \(SELECT", text, re.S)
+            or re.search(r"^SELECT .* AS now, \(SELECT min\(per_handler\.due\)", text, re.S)
+        ):
             limit += r"|\bFETCH FIRST\b"
         assert not re.search(limit, text), text
         assert not re.search(r"\bIF (NOT )?EXISTS\b|\bON CONFLICT\b|\bON DUPLICATE\b", text), text
@@ -555,8 +560,9 @@ def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
     sql = inserts[0].sql
     assert re.search(
         r"^INSERT INTO scheduled_tasks \(queue_name, handler, created_at, next_process_at, "
-        r"attempt, reenqueue_attempt, total_attempt, paused, schedule, stop_requested\) "
-        r"SELECT \?( AS \w+)?(, \?( AS \w+)?){9}\s+WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
+        r"attempt, reenqueue_attempt, total_attempt, paused, schedule, stop_requested, "
+        r"priority\) SELECT \?( AS \w+)?(, \?( AS \w+)?){10}\s+"
+        r"WHERE NOT \(EXISTS \(SELECT existing\.id\s+"
         r"FROM scheduled_tasks AS existing WITH \(UPDLOCK, HOLDLOCK\)\s+"
         r"WHERE existing\.queue_name = \?\)\)$", sql), sql
     assert "scope_identity" not in sql.lower()  # nothing to fetch: INSERT … SELECT is inline
@@ -626,9 +632,17 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
         "scheduled_tasks.queue_name AS "
     ), sql
     assert ("FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) "
-            "WHERE scheduled_tasks.paused = ? AND scheduled_tasks.handler IN (?, ?) AND "
+            "WHERE scheduled_tasks.paused = ? AND (scheduled_tasks.requires IS NULL OR ") in sql
+    # Rows of full groups are left alone, inside the locked read.
+    assert ("AND (scheduled_tasks.task_group IS NULL OR (scheduled_tasks.task_group NOT IN "
+            "(SELECT full_groups.name FROM (SELECT scheduled_tasks_groups.name AS name FROM "
+            "scheduled_tasks_groups WHERE scheduled_tasks_groups.max_running <= (SELECT "
+            "count(grp_running.id) AS count_1 FROM scheduled_tasks AS grp_running WHERE "
+            "grp_running.task_group = scheduled_tasks_groups.name AND ") in sql
+    assert ("AND scheduled_tasks.handler IN (?, ?) AND "
             "scheduled_tasks.next_process_at <= SYSUTCDATETIME() "
-            "ORDER BY scheduled_tasks.next_process_at) UPDATE dbscheduler_due SET ") in sql
+            "ORDER BY scheduled_tasks.priority DESC, scheduled_tasks.next_process_at) "
+            "UPDATE dbscheduler_due SET ") in sql
     for assignment in ("attempt=(dbscheduler_due.attempt + ?)",
                        "total_attempt=(dbscheduler_due.total_attempt + ?)",
                        "next_process_at=DATEADD(microsecond,", "locked_by=?",
@@ -641,7 +655,8 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
         assert assignment in sql, assignment
     assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
     assert sql.endswith("inserted.prev_last_started_at, inserted.handler, inserted.data, "
-                        "inserted.options"), sql
+                        "inserted.options, inserted.priority, inserted.task_group, "
+                        "inserted.requires"), sql
     assert NODE in _param_values(call) and 30.25 in _param_values(call)
     # Result: every column, processed (aware UTC, bool), with the previous values.
     assert set(picked) == set(COLUMNS)
@@ -689,13 +704,15 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
         "prev_last_started_at=scheduled_tasks.last_started_at, claim=:claim, "), sql
     # The due condition is on the updated row itself: a row another picker took while this
     # statement waited for its lock is re-evaluated (write consistency) and skipped.
-    assert ("WHERE scheduled_tasks.paused = :paused_1 AND scheduled_tasks.handler IN "
+    assert "WHERE scheduled_tasks.paused = :paused_1 AND (scheduled_tasks.requires IS NULL" in sql
+    assert ("full_groups))) AND scheduled_tasks.handler IN "
             "(:handler_1_1, :handler_1_2, :handler_1_3, :handler_1_4, :handler_1_5, "
             ":handler_1_6, :handler_1_7) AND scheduled_tasks.next_process_at <= FROM_TZ(") in sql
     assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
-                     r"WHERE due\.paused = :paused_2 AND due\.handler IN \(.*\) AND "
-                     r"due\.next_process_at <= FROM_TZ\(.*"
-                     r"ORDER BY due\.next_process_at FETCH FIRST 3 ROWS ONLY\)$", sql), sql
+                     r"WHERE due\.paused = :paused_2 AND \(due\.requires IS NULL .* AND "
+                     r"due\.handler IN \(.*\) AND due\.next_process_at <= FROM_TZ\(.*"
+                     r"ORDER BY due\.priority DESC, due\.next_process_at FETCH FIRST 3 ROWS "
+                     r"ONLY\)$", sql), sql
     assert not re.search(r"FOR UPDATE", " ".join(oracle.db.sql()))
     claim = update.params["claim"]
     assert isinstance(claim, str) and len(claim) == 32
@@ -788,8 +805,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
         assert not re.search(absent, sql, re.M), absent
     # Statements end with SQL*Plus's "/" line, and identifiers fit Oracle's 128 bytes.
     # 0001: four statements; 0002: four columns, an index, the version update; 0003: three
-    # columns, the handler update, an index, the version update; the COMMIT
-    assert sql.count("\n/\n") == 17
+    # columns, the handler update, an index, the version update; 0004: three columns, an
+    # index, the groups table, the version update; the COMMIT
+    assert sql.count("\n/\n") == 23
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 

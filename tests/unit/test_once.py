@@ -49,7 +49,10 @@ def test_a_naive_at_is_refused() -> None:
     ({"handler": "h\x1b"}, "handler"),
     ({"schedule": Dynamic(lambda ctx: datetime.now(timezone.utc))}, "Dynamic"),
     ({"data": {"when": datetime.now(timezone.utc)}}, "data"),
-    ({"options": {"priority": 3}}, "options"),
+    ({"options": {"priorty": 3}}, "priorty"),
+    ({"options": {"priority": "high"}}, "priority"),
+    ({"options": {"timeout": -1}}, "timeout"),
+    ({"options": {"group": " g"}}, "group"),
 ])
 def test_bad_runtime_input_names_the_field(kwargs: dict[str, object], field: str) -> None:
     args: dict[str, object] = {"name": "job", "handler": "h", "schedule": FixedRate(5),

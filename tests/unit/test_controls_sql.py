@@ -1,0 +1,108 @@
+"""The execution controls' SQL on SQL Server and Oracle (no server here): the group-limit
+table, a pick settled against its group's limit, group listings, and the fenced
+transaction's check. Statements are compiled by the real dialects and answered by the fake
+driver of ``test_dialect_sql``; PostgreSQL, MariaDB and SQLite run them for real elsewhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.dialects import mssql, mysql, oracle, postgresql
+
+from dbscheduler.dialects import dialect_named
+from dbscheduler.migrate import offline_sql
+from dbscheduler.table import COLUMNS, make_table
+from tests.unit.test_dialect_sql import LEASE, NODE, Reply, Rig, _rig, ops, row
+
+
+@pytest.fixture(params=["mssql", "oracle"])
+def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    r = _rig(str(request.param))
+    yield r
+    r.engine.dispose()
+
+
+def test_the_group_table_and_control_indexes_in_the_ddl() -> None:
+    mssql, oracle = offline_sql("mssql"), offline_sql("oracle")
+    assert re.search(r"CREATE TABLE scheduled_tasks_groups \(\s+name NVARCHAR\(255\) "
+                     r"COLLATE Latin1_General_100_BIN2 NOT NULL,\s+max_running INTEGER NOT NULL,"
+                     r"\s+updated_at DATETIME2\(6\) NULL,\s+PRIMARY KEY \(name\)\s+\)", mssql)
+    assert ("CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, "
+            "next_process_at) WHERE priority != 0") in mssql
+    assert ("CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by) "
+            "WHERE task_group IS NOT NULL") in mssql
+    assert re.search(r"CREATE TABLE scheduled_tasks_groups \(\s+name VARCHAR2\(255 CHAR\) "
+                     r"NOT NULL,\s+max_running INTEGER NOT NULL,\s+updated_at TIMESTAMP WITH "
+                     r"TIME ZONE,\s+PRIMARY KEY \(name\)\s+\)", oracle)
+    # Oracle has no partial index: the group index is whole, the pick's is not made.
+    assert ("CREATE INDEX scheduled_tasks_group_idx ON scheduled_tasks (task_group, locked_by)"
+            "\n") in oracle
+    assert "pick_idx" not in oracle
+    assert "ALTER TABLE scheduled_tasks ADD priority INTEGER DEFAULT 0 NOT NULL" in oracle
+
+
+def test_a_pick_over_its_groups_limit_gives_the_excess_back(rig: Rig) -> None:
+    picked = [row(f"g-{i}", id=i, handler="g", attempt=1, total_attempt=10 + i, locked_by=NODE,
+                  claim="c" * 32, task_group="reports", prev_next_process_at=row()[4])
+              for i in (1, 2, 3)]
+    if rig.backend == "mssql":
+        rig.db.on(r"^WITH dbscheduler_due AS", Reply(list(COLUMNS), picked))
+    else:
+        rig.db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), picked))
+    # Every node's running rows counted: the group of limit 2 has 4 running, this pick's 3.
+    rig.db.on(r"count\(scheduled_tasks\.id\) AS running",
+              Reply(["name", "max_running", "running"], [("reports", 2, 4)]))
+    kept = rig.store.pick(NODE, 3, LEASE, ["g"])
+    assert [r["id"] for r in kept.rows] == [1] and kept.given_back == 2
+    count = " ".join(rig.db.one(r"AS running").sql.split())
+    assert ("FROM scheduled_tasks_groups LEFT OUTER JOIN scheduled_tasks ON "
+            "scheduled_tasks.task_group = scheduled_tasks_groups.name AND "
+            "scheduled_tasks.locked_by IS NOT NULL AND scheduled_tasks.next_process_at > ") in count
+    # Given back fenced by token and node, as they were: the last of the pick's order.
+    back = rig.db.one(r"^UPDATE scheduled_tasks SET .*locked_by=scheduled_tasks\.prev_locked_by")
+    assert "scheduled_tasks.total_attempt = " in back.sql and "locked_by = " in back.sql
+    params = back.params if isinstance(back.params, list) else [back.params]
+    sent = [v for p in params for v in (p.values() if isinstance(p, dict) else p)]
+    assert 12 in sent and 13 in sent and 11 not in sent
+
+
+def test_group_limits_and_listing(rig: Rig) -> None:
+    client = ops(rig.store)
+    rig.db.on(r"^UPDATE scheduled_tasks_groups SET", Reply(rowcount=0))
+    client.set_group_limit("reports", 2)
+    insert = rig.db.one(r"^INSERT INTO scheduled_tasks_groups")
+    assert "reports" in str(insert.params) and "reports" not in insert.sql
+    client.set_group_limit("reports", None)
+    rig.db.one(r"^DELETE FROM scheduled_tasks_groups WHERE")
+    rig.db.on(r"GROUP BY scheduled_tasks\.task_group",
+              Reply(["task_group", "running", "tasks"], [("reports", 1, 3)]))
+    rig.db.on(r"^SELECT scheduled_tasks_groups\.name, scheduled_tasks_groups\.max_running",
+              Reply(["name", "max_running", "updated_at"], [("reports", 2, None)]))
+    (info,) = client.groups()
+    assert (info.name, info.limit, info.running, info.tasks) == ("reports", 2, 1, 3)
+    with pytest.raises(ValueError, match="limit must be an integer >= 0"):
+        client.set_group_limit("reports", -1)
+    with pytest.raises(ValueError, match="group must be a non-empty string"):
+        client.set_group_limit(" reports", 1)
+
+
+def test_the_fenced_check_holds_the_row_in_each_dialect() -> None:
+    table = make_table()
+    for name, expected in [
+        ("postgresql", r"WHERE .* FOR SHARE$"),
+        ("mysql", r"WHERE .* LOCK IN SHARE MODE$"),
+        ("mssql", r"FROM scheduled_tasks WITH \(HOLDLOCK, ROWLOCK\) WHERE"),
+        ("oracle", r"WHERE .* FOR UPDATE$"),
+    ]:
+        backend = dialect_named(name)
+        assert backend is not None
+        stmt = backend.fence_statement(table, 7, 12, NODE)
+        sql = " ".join(str(stmt.compile(dialect=_SA_DIALECTS[name]())).split())
+        assert re.search(expected, sql), (name, sql)
+        assert "scheduled_tasks.total_attempt = " in sql and "scheduled_tasks.locked_by = " in sql
+
+
+_SA_DIALECTS = {"postgresql": postgresql.dialect, "mysql": mysql.dialect,
+                "mssql": mssql.dialect, "oracle": oracle.dialect}
