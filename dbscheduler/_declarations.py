@@ -6,7 +6,6 @@ is given before anything is written (durations, node ids, task declarations: bad
 from __future__ import annotations
 
 import logging
-import math
 import os
 import secrets
 import socket
@@ -15,8 +14,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from ._durations import duration
 from ._execution import TaskDef, TaskFunction
-from ._store import Registration, Store, validate_name
+from ._store import Registration, Store, refuse_reserved, validate_name
 from ._wakeup import Wakeup
 from .failures import FailureSettings, NoRetry
 from .listeners import Listener, Listeners
@@ -31,20 +31,6 @@ log = logging.getLogger("dbscheduler.scheduler")
 def default_node_id() -> str:
     """Host name, process id and a short random suffix: unique even across restarts."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"[:255]
-
-
-def duration(value: timedelta | float | int, field: str, *, allow_zero: bool = False) -> timedelta:
-    """``value`` (a timedelta or seconds) as a timedelta; ``ValueError`` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
-        raise ValueError(f"{field} must be a timedelta or a number of seconds, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{field} must be a finite number of seconds, got {value!r}")
-    if not isinstance(value, timedelta) and abs(value) > 86_400 * 365:
-        raise ValueError(f"{field} must be at most a year, got {value!r} s")
-    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
-        raise ValueError(f"{field} must be > 0, got {value!r}")
-    return delta
 
 
 def _warn_if_retry_never_fires(
@@ -69,13 +55,16 @@ def _warn_if_retry_never_fires(
 
 
 def declare_task(
-    name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None
+    name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None,
+    alert_after: timedelta | float | None = None,
 ) -> TaskDef:
     """The :class:`TaskDef` of a declared task, every argument checked."""
     try:
         validate_name(name)
     except ValueError as exc:
         raise ValueError(f"task {str(name)[:60]!r}: {exc}") from None
+    refuse_reserved(name, "task")
+    limit = None if alert_after is None else duration(alert_after, f"task {name!r}: alert_after")
     if not isinstance(schedule, Schedule):
         raise ValueError(
             f"task {name!r}: schedule must be a Cron, FixedRate, FixedDelay or Dynamic, "
@@ -91,7 +80,7 @@ def declare_task(
         raise ValueError(f"task {name!r}: the task function is not callable: {fn!r}")
     if len(schedule.describe()) > 500:
         raise ValueError(f"task {name!r}: schedule description longer than 500 characters")
-    definition = TaskDef.build(name, fn, schedule, on_failure)
+    definition = TaskDef.build(name, fn, schedule, on_failure, limit)
     _warn_if_retry_never_fires(name, schedule, on_failure)
     return definition
 
@@ -120,15 +109,20 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
     ) -> Callable[[F], F]:
         """Decorator registering a function as the task ``name``.
+
+        ``alert_after`` (a timedelta or seconds): listeners get ``on_overdue`` when the task
+        has not succeeded for that long (it keeps failing, or nobody runs it).
 
         >>> @scheduler.task("cleanup", schedule=FixedDelay(300))   # doctest: +SKIP
         ... def cleanup(ctx: TaskContext) -> None: ...
         """
 
         def register(fn: F) -> F:
-            self.add(name, fn, schedule=schedule, on_failure=on_failure)
+            self.add(name, fn, schedule=schedule, on_failure=on_failure,
+                     alert_after=alert_after)
             return fn
 
         return register
@@ -140,16 +134,19 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
     ) -> None:
         """Register ``fn`` as the task ``name`` (the function may be a coroutine function).
 
         Its row is inserted if absent when the scheduler starts (at once if already started);
-        a changed schedule applies at once. Invalid arguments raise ``ValueError`` naming the
-        task and the field, before anything is written.
+        a changed schedule or ``alert_after`` applies at once. Invalid arguments raise
+        ``ValueError`` naming the task and the field, before anything is written; names
+        starting with ``dbscheduler.`` are reserved.
 
-        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300))   # doctest: +SKIP
+        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300),
+        ...               alert_after=timedelta(hours=1))   # doctest: +SKIP
         """
-        definition = declare_task(name, fn, schedule, on_failure)
+        definition = declare_task(name, fn, schedule, on_failure, alert_after)
         with self._lock:
             if name in self._tasks or name in self._handlers:
                 raise ValueError(f"task {name!r} is already registered on this scheduler")
@@ -172,6 +169,7 @@ class Declarations:
         """
 
         def register(fn: F) -> F:
+            refuse_reserved(name, "handler")
             with self._lock:
                 self._handlers.add(name, fn, on_failure)
             self._wakeup.set()
@@ -183,12 +181,18 @@ class Declarations:
         """Write the rows of the declared tasks (and create the table where the scheduler
         may), without starting: a deploy step before the new nodes come up."""
         self._ensure_schema()
-        self._register(list(self._tasks.values()))
+        self._register(self._declared())
+
+    def _declared(self) -> list[TaskDef]:
+        """The tasks whose rows this node writes: the declared ones and the built-in ones."""
+        return list(self._handlers.tasks.values())
 
     def _register(self, defs: list[TaskDef]) -> None:
-        self._store.register(
-            [Registration(d.name, d.schedule.describe(), d.schedule.first_run) for d in defs]
-        )
+        self._store.register([
+            Registration(d.name, d.schedule.describe(), d.schedule.first_run,
+                         None if d.alert_after is None else d.alert_after.total_seconds())
+            for d in defs
+        ])
 
     def add_listener(self, listener: Listener) -> None:
         """Add a :class:`~dbscheduler.Listener` (any object with some of its hooks works too).

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .context import Status, TaskContext
@@ -29,10 +29,13 @@ class TaskDef:
     on_failure: FailureSettings
     takes_context: bool
     is_coroutine: bool
+    alert_after: timedelta | None = None
+    """The dead-man limit written to the row: an alert when no success for this long."""
 
     @classmethod
     def build(
-        cls, name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings
+        cls, name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings,
+        alert_after: timedelta | None = None,
     ) -> TaskDef:
         try:
             params = inspect.signature(fn).parameters
@@ -56,7 +59,7 @@ class TaskDef:
         is_coroutine = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
-        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine)
+        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine, alert_after)
 
 
 @dataclass(eq=False)

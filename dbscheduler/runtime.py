@@ -19,8 +19,9 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from ._durations import duration
 from ._execution import TaskDef, TaskFunction
-from ._store import RuntimeRow, validate_name
+from ._store import RuntimeRow, refuse_reserved, validate_name
 from ._store.state import encode_state
 from .failures import FailureSettings, NoRetry
 from .schedules import Dynamic, Once, Schedule, parse
@@ -32,8 +33,9 @@ __all__ = ["Handlers", "finished_for_good", "runtime_row"]
 log = logging.getLogger("dbscheduler.runtime")
 
 KNOWN_OPTIONS: frozenset[str] = frozenset()
-"""Execution options a runtime task may carry; none yet (they are stored as a JSON object so
-later ones need no table change)."""
+"""Execution options a runtime task may carry in its JSON ``options`` (stored as an object so
+later ones need no table change). ``alert_after`` is an option too, but has a column of its
+own: the lateness check reads it in SQL."""
 
 
 def runtime_row(
@@ -56,6 +58,10 @@ def runtime_row(
     except ValueError as exc:
         raise ValueError(f"task {name!r}: handler: {str(exc).replace('task name', 'name')}"
                          ) from None
+    refuse_reserved(name, "task")
+    refuse_reserved(handler, f"task {name!r}: handler")
+    options = dict(options)
+    alert_after = _alert_after(name, options.pop("alert_after", None))
     if isinstance(schedule, Dynamic):
         raise ValueError(
             f"task {name!r}: schedule: a Dynamic schedule is code and cannot be stored for a "
@@ -83,7 +89,15 @@ def runtime_row(
     stored_options = json.dumps(dict(options), sort_keys=True) if options else None
     if stored_options is not None and len(stored_options) > MAX_OPTIONS_LENGTH:
         raise ValueError(f"task {name!r}: options: longer than {MAX_OPTIONS_LENGTH} characters")
-    return RuntimeRow(name, handler, text, schedule.first_run, stored_data, stored_options)
+    return RuntimeRow(name, handler, text, schedule.first_run, stored_data, stored_options,
+                      alert_after)
+
+
+def _alert_after(name: str, value: Any) -> float | None:
+    """The ``alert_after`` option in seconds, checked."""
+    if value is None:
+        return None
+    return duration(value, f"task {name!r}: alert_after").total_seconds()
 
 
 def once_at(name: str, at: object) -> Once:

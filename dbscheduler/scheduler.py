@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 import time
+from collections import ChainMap
 from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
@@ -17,21 +18,24 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Engine
 
 from ._clock import Clock
-from ._declarations import Declarations, default_node_id, duration
+from ._declarations import Declarations, default_node_id
+from ._durations import duration
 from ._execution import Ended, Execution, TaskDef, TaskFunction
 from ._executor import Executor
-from ._finisher import Finisher
+from ._finisher import Finisher, run_record
 from ._heartbeat import Heartbeat
 from ._operations import Operations
 from ._poller import Poller
 from ._startup import retry_unreachable
 from ._store import Store
 from ._wakeup import NotifyListener, Wakeup
+from .alerts import AlertWatch
 from .client import Client
 from .dialects import create_engine, prepare_engine
 from .errors import TaskNotFound
 from .health import Health
 from .health import check as check_health
+from .history import HistorySettings, builtin_tasks
 from .listeners import Listeners
 from .runtime import Handlers
 from .table import DEFAULT_TABLE, split_table_name
@@ -70,6 +74,12 @@ class Scheduler(Declarations, Operations):
         max_workers: task functions running at once on this node.
         lease: how long a pick holds a task without heartbeat; heartbeats every ``lease / 3``.
         poll_interval: the safety-net poll; due tasks start on time regardless.
+        history: how long finished executions are kept in ``<table>_runs`` (``runs()``);
+            ``None`` writes no history (and this node prunes none).
+        history_per_task: at most this many runs kept per task (``None``: no count limit).
+        overdue_after: a task due longer ago than this that no node picked is late
+            (listeners get ``on_overdue`` on one node of the cluster).
+        overdue_check: how often this node looks for late tasks (one query); ``None``: never.
     """
 
     def __init__(
@@ -82,6 +92,10 @@ class Scheduler(Declarations, Operations):
         max_workers: int = 8,
         lease: timedelta | float = timedelta(seconds=30),
         poll_interval: timedelta | float = timedelta(seconds=1),
+        history: timedelta | float | None = timedelta(days=7),
+        history_per_task: int | None = 1000,
+        overdue_after: timedelta | float = timedelta(seconds=60),
+        overdue_check: timedelta | float | None = timedelta(seconds=30),
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -92,6 +106,10 @@ class Scheduler(Declarations, Operations):
             raise ValueError(f"node_id must be a string of 1 to 255 characters, got {node_id!r}")
         self.lease = duration(lease, "lease")
         self.poll_interval = duration(poll_interval, "poll_interval")
+        self.history = HistorySettings.of(history, history_per_task)
+        self.overdue_after = duration(overdue_after, "overdue_after", allow_zero=True)
+        self.overdue_check = (None if overdue_check is None
+                              else duration(overdue_check, "overdue_check"))
         self.max_workers = max_workers
         self.node_id = node_id or default_node_id()
         self.table = table
@@ -103,14 +121,14 @@ class Scheduler(Declarations, Operations):
         else:
             prepare_engine(engine)
         self.engine = engine
-        self._store = Store(engine, table)
-        self.client = Client(engine=engine, table=table)
+        self._store = Store(engine, table, history=self.history is not None)
+        self.client = Client(engine=engine, table=table, overdue_after=self.overdue_after)
         """The :class:`Client` on this scheduler's table: every operation, also from code
         that holds the scheduler."""
         self._embedded = self._store.dialect.embedded
         self._schema_ready = False
         self._tasks: dict[str, TaskDef] = {}
-        self._handlers = Handlers(self._tasks)
+        self._handlers = Handlers(ChainMap(self._tasks, builtin_tasks(self._store, self.history)))
         self._listeners = Listeners()
         self._lock = threading.Lock()
         self._state = "new"
@@ -123,6 +141,7 @@ class Scheduler(Declarations, Operations):
         self._finisher: Finisher | None = None
         self._poller: Poller | None = None
         self._listener: NotifyListener | None = None
+        self._alerts: AlertWatch | None = None
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
@@ -134,7 +153,7 @@ class Scheduler(Declarations, Operations):
             return
         if self._embedded:
             self._store.create_table()
-        self._store.check_schema()
+        self._store.check_schema(history=self.history is not None)
         self._schema_ready = True
 
     def start(self, *, wait: float | timedelta | None = None) -> None:
@@ -174,14 +193,19 @@ class Scheduler(Declarations, Operations):
             tasks=self._handlers, executor=self._executor, heartbeat=self._heartbeat,
             listeners=self._listeners, wakeup=self._wakeup, clock=self.clock,
             finisher=self._finisher,
-            reregister=lambda: self._register(list(self._tasks.values())),
+            reregister=lambda: self._register(self._declared()),
         )
+        if self.overdue_check is not None:
+            self._alerts = AlertWatch(store, self._listeners, self.overdue_after,
+                                      self.overdue_check)
         if store.dialect.supports_notify:
             self._listener = NotifyListener(self.engine, store.dialect, store.channel, self._wakeup)
             self._listener.start()
         self._heartbeat.start()
         self._finisher.start()
         self._poller.start()
+        if self._alerts is not None:
+            self._alerts.start()
         with self._lock:
             self._state = "running"
         log.info("node %s started with %d task(s) on %s", node, len(self._tasks), self)
@@ -191,7 +215,7 @@ class Scheduler(Declarations, Operations):
         server that does not answer yet."""
         def prepare() -> None:
             self._ensure_schema()
-            self._register(list(self._tasks.values()))
+            self._register(self._declared())
 
         retry_unreachable(prepare, dialect=self._store.dialect, safe_url=self._store.safe_url(),
                           wait=wait, abort=self._start_abort)
@@ -225,6 +249,8 @@ class Scheduler(Declarations, Operations):
         self._poller.stop()
         if self._listener is not None:
             self._listener.stop()
+        if self._alerts is not None:
+            self._alerts.stop()
         self._release(self._executor.close(), "never started")
         for ex in self._executor.running():
             ex.ctx.stop_requested.set()
@@ -243,14 +269,17 @@ class Scheduler(Declarations, Operations):
         self._stopped.set()
         log.info("node %s stopped", self.node_id)
 
-    def _release(self, executions: list[Execution], why: str) -> None:
-        """Give back the leases of executions that will not write a finish."""
+    def _release(self, executions: list[Execution], why: str, ended: bool = False) -> None:
+        """Give back the leases of executions that will not write a finish (of ``ended``
+        ones, their run rows too, where a run row is written before its finish)."""
         if not executions:
             return
         assert self._heartbeat is not None
         self._heartbeat.untrack(executions)
         try:
             released = self._store.release(self.node_id, {e.id: e.token for e in executions})
+            if ended:
+                self._store.forget_runs([run_record(e, self.node_id) for e in executions])
             log.info("shutdown: released %d lease(s) (%s)", released, why)
         except Exception as exc:
             log.warning("shutdown: could not release leases (they expire on their own): %s", exc)
@@ -267,7 +296,7 @@ class Scheduler(Declarations, Operations):
         assert self._executor and self._finisher and self._heartbeat
         self._finisher.stop(timeout=max(5.0, self.lease.total_seconds()))
         # Finishes the database did not take in time: nothing runs them any more.
-        self._release(self._heartbeat.tracked(), "finish not written")
+        self._release(self._heartbeat.tracked(), "finish not written", ended=True)
         self._heartbeat.stop()
         self._executor.shutdown()
         if self._owns_engine:

@@ -150,11 +150,11 @@ def unique_table() -> str:
 
 
 def drop_table(url: str, table: str) -> None:
-    """Drop ``table`` and its migration version table, if they exist."""
+    """Drop ``table``, its run history and its migration version table, if they exist."""
     # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
     engine = sa.create_engine(url)
     try:
-        for name in (table, f"{table}_version"):
+        for name in (table, f"{table}_runs", f"{table}_version"):
             sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     finally:
         engine.dispose()

@@ -20,9 +20,16 @@ from sqlalchemy.engine import Connection, Engine
 from ..dialects import Dialect, autocommits, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
-from ..table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name
+from ..table import (
+    COLUMNS,
+    MAX_NAME_LENGTH,
+    RESERVED_PREFIX,
+    make_runs_table,
+    make_table,
+    split_table_name,
+)
 
-__all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
+__all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 
 log = logging.getLogger("dbscheduler.store")
 
@@ -40,6 +47,8 @@ class StoreBase:
         self.engine = engine
         self.table_name = table
         self.table = make_table(table)
+        self.runs_table = make_runs_table(table)
+        """The run history, ``<table>_runs``."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -57,14 +66,17 @@ class StoreBase:
             return  # made by hand or an older version: check_schema() judges it
         upgrade(self.engine, self.table_name)
 
-    def check_schema(self) -> None:
-        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table is usable."""
+    def check_schema(self, history: bool = True) -> None:
+        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table (and, with
+        ``history``, the run history's) is usable."""
         schema, name = split_table_name(self.table_name)
         inspector = sa.inspect(self.engine)
         if not inspector.has_table(name, schema=schema):
             raise SchemaMissing(self.table_name, self.safe_url())
         present = {c["name"].lower() for c in inspector.get_columns(name, schema=schema)}
         missing = [c for c in COLUMNS if c not in present]
+        if history and not inspector.has_table(self.runs_table.name, schema=schema):
+            missing.append(f"(the run history table {self.runs_table.name})")
         if missing:
             raise SchemaMismatch(self.table_name, missing)
 
@@ -176,3 +188,13 @@ def validate_name(name: object) -> str:
         )
     return name
 
+
+
+def refuse_reserved(name: str, what: str) -> None:
+    """``ValueError`` for a name only dbscheduler's own tasks may have (``dbscheduler.…``);
+    ``what`` says what is named (``task``, ``handler``)."""
+    if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"{what} {name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
+            "dbscheduler's built-in tasks; choose another name"
+        )

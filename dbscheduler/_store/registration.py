@@ -1,4 +1,5 @@
-"""Registration: insert each declared task unless present, and apply a changed schedule."""
+"""Registration: insert each declared task unless present, and apply a changed schedule or
+dead-man limit."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class Registration:
     name: str
     schedule: str
     first_run: Callable[[datetime], datetime]
+    alert_after: float | None = None
+    """The dead-man limit in seconds (``None``: none)."""
 
 
 def register(store: StoreBase, items: Sequence[Registration]) -> None:
@@ -43,15 +46,18 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
     # below go to the server back to back, so the transaction never waits on this process.
     with store.read() as conn:
         now = store.now(conn)
-        present = {
-            r.queue_name: r.schedule
-            for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule))
-        }
+        present: dict[str, str | None] = {}
+        limits: dict[str, float | None] = {}
+        for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule, t.c.alert_after)):
+            present[r.queue_name] = r.schedule
+            limits[r.queue_name] = r.alert_after
     first = {item.name: item.first_run(now) for item in ordered}
     missing = [item for item in ordered if item.name not in present]
     # Rows another node inserted meanwhile are checked too: the statement itself only
     # touches rows whose schedule text differs.
     check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
+    relimit = [i for i in ordered
+               if i.name in present and not _same_limit(limits[i.name], i.alert_after)]
     # Each statement below is idempotent on its own: autocommit where the insert needs no
     # savepoint (MySQL has no server-side bound on an idle transaction).
     writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
@@ -70,6 +76,7 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                     "paused": False,
                     "schedule": item.schedule,
                     "stop_requested": False,
+                    "alert_after": item.alert_after,
                 }
                 for item in missing
             ])
@@ -97,5 +104,17 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             if changed and changed > 0:
                 log.info("%d task(s) registered with a changed schedule: %s", changed,
                          ", ".join(repr(i.name) for i in check if i.name in present))
+        if relimit:
+            conn.execute(
+                sa.update(t).where(t.c.queue_name == b("r_name", type_=t.c.queue_name.type))
+                .values(alert_after=b("r_limit", type_=t.c.alert_after.type)),
+                [{"r_name": i.name, "r_limit": i.alert_after} for i in relimit],
+            )
         if items:
             store.notify(conn)
+
+
+def _same_limit(stored: float | None, wanted: float | None) -> bool:
+    if stored is None or wanted is None:
+        return stored is wanted
+    return abs(stored - wanted) < 1e-6

@@ -90,6 +90,8 @@ class RuntimeRow:
     first_run: Callable[[datetime], datetime]
     data: str | None
     options: str | None
+    alert_after: float | None = None
+    """The dead-man limit in seconds, or ``None``."""
 
 
 def write_runtime(store: StoreBase, row: RuntimeRow) -> bool:
@@ -116,6 +118,7 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             schedule=row.schedule,
             data=row.data,
             options=row.options,
+            alert_after=row.alert_after,
             next_process_at=sa.case((idle, first), else_=t.c.next_process_at),
             attempt=sa.case((idle, 0), else_=t.c.attempt),
         )
@@ -129,7 +132,8 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
     with writing as conn:
         store.dialect.insert_if_absent(conn, t, {
             "queue_name": row.name, "handler": row.handler, "payload": None,
-            "data": row.data, "options": row.options, "created_at": now,
+            "data": row.data, "options": row.options, "alert_after": row.alert_after,
+            "created_at": now,
             "next_process_at": first, "attempt": 0, "reenqueue_attempt": 0,
             "total_attempt": 0, "paused": False, "schedule": row.schedule,
             "stop_requested": False,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..web import cli as web_command
-from . import node, runtime, schema, tasks  # noqa: F401  (the commands attach themselves to the group)
+from . import node, runs, runtime, schema, tasks  # noqa: F401  (the commands attach themselves to the group)
 from .group import cli
 from .node import load_scheduler
 from .render import humanize

@@ -49,7 +49,7 @@ def test_every_route_answers_within_its_documented_schema(
     # Driven by hand rather than with schemathesis' pytest plugin: one test, every operation,
     # a fixed budget of examples each.
     operations = [result.ok() for result in web_schema.get_all_operations()]
-    assert len(operations) == 13
+    assert len(operations) == 15
     for operation in operations:
 
         @given(case=operation.as_strategy())
@@ -72,7 +72,8 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
         ("/api/tasks/{name}/trigger", "post"), ("/api/tasks/{name}/pause", "post"),
         ("/api/tasks/{name}/resume", "post"), ("/api/tasks/{name}/cancel", "post"),
         ("/api/tasks/{name}/reschedule", "post"), ("/api/tasks/{name}", "get"),
-        ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
+        ("/api/tasks/{name}", "delete"), ("/api/health", "get"), ("/api/runs", "get"),
+        ("/api/tasks/{name}/runs", "get"),
     }
     for path, ops in raw["paths"].items():
         for method, op in ops.items():
@@ -80,14 +81,16 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
             assert "$ref" in ok, (path, method)
             for code in ("401", "403", "422", "500", "503"):
                 assert code in op["responses"], (path, method, code)
-    for model in ("RescheduleBody", "BulkBody", "ApiError", "Task"):
+    for model in ("RescheduleBody", "BulkBody", "ApiError", "Task", "Run", "RunList"):
         assert model in raw["components"]["schemas"]
 
 
 def test_the_task_schema_names_every_task_info_field() -> None:
     import dataclasses
 
-    from dbscheduler import TaskInfo
-    from dbscheduler.web.api import Task
+    from dbscheduler import RunInfo, TaskInfo
+    from dbscheduler.web.models import Run, Task
 
-    assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {"running"}
+    assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {
+        "running", "builtin"}
+    assert set(Run.model_fields) == {f.name for f in dataclasses.fields(RunInfo)} | {"duration"}
