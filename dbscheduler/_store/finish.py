@@ -254,7 +254,7 @@ def _write_values(
     """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``, with an
     ``INSERT`` of the run rows of exactly the rows it changed in the same statement."""
     t, runs = store.table, store.runs_table
-    history = store.history
+    history = store.history and any(w.run is not None for w in writes)
     v, params = store.dialect.batch_rows("w", [
         sa.column("w_id", sa.BigInteger()),
         sa.column("w_token", sa.BigInteger()),

@@ -50,6 +50,8 @@ def test_a_task_no_running_node_has_is_reported_overdue_on_exactly_one_of_three_
         # Many more checks on every node: still the one alert, and none for healthy tasks
         # (which have an alert_after of their own and keep succeeding).
         time.sleep(20 * CHECK)
+        with Client(url, table=table, overdue_after=1) as client:  # as the nodes judge it
+            infos = {i.name: i for i in client.tasks()}
         events = c.events()
         c.stop_all()
     raised = [e for e in events if e["event"] == "overdue"]
@@ -57,11 +59,9 @@ def test_a_task_no_running_node_has_is_reported_overdue_on_exactly_one_of_three_
     assert raised[0]["late_by"] >= 1.0
     assert not alerts(events, "recovered")
     assert sum(1 for e in events if e["event"] == "start") >= 20, "healthy tasks ran"
-    with Client(url, table=table) as client:
-        orphan = client.info("orphan")
-        assert orphan.alerted_at is not None and orphan.overdue
-        assert all(i.alerted_at is None and not i.overdue for i in client.tasks()
-                   if i.name.startswith("healthy"))
+    assert infos["orphan"].alerted_at is not None and infos["orphan"].overdue
+    for name in ("healthy-0", "healthy-1"):
+        assert infos[name].alerted_at is None and not infos[name].overdue, infos[name]
 
 
 def test_a_task_that_keeps_failing_alerts_once_then_recovers_once(
