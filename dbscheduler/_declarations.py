@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from ._durations import alert_after as checked_alert_after
 from ._durations import duration
 from ._execution import TaskDef, TaskFunction
 from ._store import Registration, Store, refuse_reserved, validate_name
@@ -64,7 +65,7 @@ def declare_task(
     except ValueError as exc:
         raise ValueError(f"task {str(name)[:60]!r}: {exc}") from None
     refuse_reserved(name, "task")
-    limit = None if alert_after is None else duration(alert_after, f"task {name!r}: alert_after")
+    limit = None if alert_after is None else checked_alert_after(alert_after, name)
     if not isinstance(schedule, Schedule):
         raise ValueError(
             f"task {name!r}: schedule must be a Cron, FixedRate, FixedDelay or Dynamic, "

@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-__all__ = ["duration"]
+__all__ = ["MAX_ALERT_AFTER", "alert_after", "duration"]
+
+MAX_ALERT_AFTER = timedelta(days=3650)
+"""The longest dead-man limit: every database computes ``now - alert_after`` in its own
+date arithmetic (SQL Server adds whole seconds as an INT)."""
 
 
 def duration(value: timedelta | float | int, field: str, *, allow_zero: bool = False) -> timedelta:
@@ -20,3 +24,12 @@ def duration(value: timedelta | float | int, field: str, *, allow_zero: bool = F
     if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
         raise ValueError(f"{field} must be > 0, got {value!r}")
     return delta
+
+
+def alert_after(value: timedelta | float | int, task: str) -> timedelta:
+    """A task's ``alert_after``, checked; ``ValueError`` naming the task and the field."""
+    limit = duration(value, f"task {task!r}: alert_after")
+    if limit > MAX_ALERT_AFTER:
+        raise ValueError(f"task {task!r}: alert_after must be at most {MAX_ALERT_AFTER.days} "
+                         f"days, got {limit}")
+    return limit

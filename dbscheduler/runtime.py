@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ._durations import duration
+from ._durations import alert_after as checked_alert_after
 from ._execution import TaskDef, TaskFunction
 from ._store import RuntimeRow, refuse_reserved, validate_name
 from ._store.state import encode_state
@@ -97,7 +97,7 @@ def _alert_after(name: str, value: Any) -> float | None:
     """The ``alert_after`` option in seconds, checked."""
     if value is None:
         return None
-    return duration(value, f"task {name!r}: alert_after").total_seconds()
+    return checked_alert_after(value, name).total_seconds()
 
 
 def once_at(name: str, at: object) -> Once:

@@ -117,6 +117,9 @@ def test_bad_options_are_refused_naming_them(migrated: tuple[str, str]) -> None:
         s.add("x", lambda: None, schedule=FixedRate(1), alert_after=timedelta(0))
     with pytest.raises(ValueError, match="task 'y': alert_after must be a timedelta"):
         s.client.schedule("y", "h", FixedRate(60), alert_after="1h")
+    with pytest.raises(ValueError, match="task 'z': alert_after must be at most 3650 days"):
+        s.add("z", lambda: None, schedule=FixedRate(1), alert_after=timedelta(days=4000))
+    assert s.tasks() == []  # nothing was written
     s.engine.dispose()
 
 
