@@ -12,7 +12,7 @@ crashed nodes with no extra infrastructure: the database you already have is the
 """
 
 from .client import Client
-from .context import Result, TaskContext, TaskInfo
+from .context import Result, RunInfo, TaskContext, TaskInfo
 from .errors import (
     DatabaseUnreachable,
     LeaseLost,
@@ -46,6 +46,7 @@ __all__ = [
     "Once",
     "Outcome",
     "Result",
+    "RunInfo",
     "Schedule",
     "Scheduler",
     "SchedulerError",

@@ -5,7 +5,6 @@ is given before anything is written (durations, node ids, task declarations: bad
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import socket
@@ -14,9 +13,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from ._durations import alert_after as checked_alert_after
+from ._durations import duration
 from ._execution import TaskDef, TaskFunction
 from ._isolation import check_importable
-from ._store import Registration, Store, validate_name
+from ._store import Registration, Store, refuse_reserved, validate_name
 from ._wakeup import Wakeup
 from .failures import FailureSettings, NoRetry
 from .listeners import Listener, Listeners
@@ -34,20 +35,6 @@ log = engine_log("dbscheduler.scheduler")
 def default_node_id() -> str:
     """Host name, process id and a short random suffix: unique even across restarts."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"[:255]
-
-
-def duration(value: timedelta | float | int, field: str, *, allow_zero: bool = False) -> timedelta:
-    """``value`` (a timedelta or seconds) as a timedelta; ``ValueError`` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
-        raise ValueError(f"{field} must be a timedelta or a number of seconds, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{field} must be a finite number of seconds, got {value!r}")
-    if not isinstance(value, timedelta) and abs(value) > 86_400 * 365:
-        raise ValueError(f"{field} must be at most a year, got {value!r} s")
-    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if delta < timedelta(0) or (delta == timedelta(0) and not allow_zero):
-        raise ValueError(f"{field} must be > 0, got {value!r}")
-    return delta
 
 
 def _warn_if_retry_never_fires(
@@ -74,6 +61,7 @@ def _warn_if_retry_never_fires(
 def declare_task(
     name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings | None,
     options: Mapping[str, Any] | None = None,
+    alert_after: timedelta | float | None = None,
 ) -> TaskDef:
     """The :class:`TaskDef` of a declared task, every argument checked (the execution
     options by :func:`~dbscheduler.options.options_from`)."""
@@ -81,6 +69,8 @@ def declare_task(
         validate_name(name)
     except ValueError as exc:
         raise ValueError(f"task {str(name)[:60]!r}: {exc}") from None
+    refuse_reserved(name, "task")
+    limit = None if alert_after is None else checked_alert_after(alert_after, name)
     if not isinstance(schedule, Schedule):
         raise ValueError(
             f"task {name!r}: schedule must be a Cron, FixedRate, FixedDelay or Dynamic, "
@@ -99,7 +89,7 @@ def declare_task(
     controls = options_from(options or {}, f"task {name!r}")
     if controls.isolation == "process":
         check_importable(fn, f"task {name!r}")
-    definition = TaskDef.build(name, fn, schedule, on_failure, controls)
+    definition = TaskDef.build(name, fn, schedule, on_failure, controls, limit)
     _warn_if_retry_never_fires(name, schedule, on_failure)
     return definition
 
@@ -114,7 +104,8 @@ def _registration(d: TaskDef) -> Registration:
         return jittered(d.schedule.first_run(now), options, NEVER)
 
     return Registration(d.name, d.schedule.describe(), first_run, options.to_json(),
-                        options.priority, options.group, options.requires)
+                        options.priority, options.group, options.requires,
+                        None if d.alert_after is None else d.alert_after.total_seconds())
 
 
 class Declarations:
@@ -138,6 +129,7 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
         **options: Any,
     ) -> Callable[[F], F]:
         """Decorator registering a function as the task ``name``; ``options`` are the
@@ -145,12 +137,16 @@ class Declarations:
         ``group``, ``requires``, ``timeout``, ``isolation``, ``misfire``, ``grace``,
         ``jitter``).
 
+        ``alert_after`` (a timedelta or seconds): listeners get ``on_overdue`` when the task
+        has not succeeded for that long (it keeps failing, or nobody runs it).
+
         >>> @scheduler.task("cleanup", schedule=FixedDelay(300), timeout=60)  # doctest: +SKIP
         ... def cleanup(ctx: TaskContext) -> None: ...
         """
 
         def register(fn: F) -> F:
-            self.add(name, fn, schedule=schedule, on_failure=on_failure, **options)
+            self.add(name, fn, schedule=schedule, on_failure=on_failure,
+                     alert_after=alert_after, **options)
             return fn
 
         return register
@@ -162,18 +158,21 @@ class Declarations:
         *,
         schedule: Schedule,
         on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
         **options: Any,
     ) -> None:
         """Register ``fn`` as the task ``name`` (the function may be a coroutine function),
         with the execution ``options`` (see :meth:`task`).
 
         Its row is inserted if absent when the scheduler starts (at once if already started);
-        a changed schedule applies at once. Invalid arguments raise ``ValueError`` naming the
-        task and the field, before anything is written.
+        a changed schedule or ``alert_after`` applies at once. Invalid arguments raise
+        ``ValueError`` naming the task and the field, before anything is written; names
+        starting with ``dbscheduler.`` are reserved.
 
-        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300))   # doctest: +SKIP
+        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300),
+        ...               alert_after=timedelta(hours=1))   # doctest: +SKIP
         """
-        definition = declare_task(name, fn, schedule, on_failure, options)
+        definition = declare_task(name, fn, schedule, on_failure, options, alert_after)
         with self._lock:
             if name in self._tasks or name in self._handlers:
                 raise ValueError(f"task {name!r} is already registered on this scheduler")
@@ -196,6 +195,7 @@ class Declarations:
         """
 
         def register(fn: F) -> F:
+            refuse_reserved(name, "handler")
             with self._lock:
                 self._handlers.add(name, fn, on_failure)
             self._wakeup.set()
@@ -207,7 +207,11 @@ class Declarations:
         """Write the rows of the declared tasks (and create the table where the scheduler
         may), without starting: a deploy step before the new nodes come up."""
         self._ensure_schema()
-        self._register(list(self._tasks.values()))
+        self._register(self._declared())
+
+    def _declared(self) -> list[TaskDef]:
+        """The tasks whose rows this node writes: the declared ones and the built-in ones."""
+        return list(self._handlers.tasks.values())
 
     def _register(self, defs: list[TaskDef]) -> None:
         self._store.register([_registration(d) for d in defs])

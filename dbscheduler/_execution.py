@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .context import Status, TaskContext
@@ -31,11 +31,14 @@ class TaskDef:
     takes_context: bool
     is_coroutine: bool
     options: TaskOptions = DEFAULT_OPTIONS
+    alert_after: timedelta | None = None
+    """The dead-man limit written to the row: an alert when no success for this long."""
 
     @classmethod
     def build(
         cls, name: str, fn: TaskFunction, schedule: Schedule, on_failure: FailureSettings,
         options: TaskOptions = DEFAULT_OPTIONS,
+        alert_after: timedelta | None = None,
     ) -> TaskDef:
         try:
             params = inspect.signature(fn).parameters
@@ -59,7 +62,8 @@ class TaskDef:
         is_coroutine = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
-        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine, options)
+        return cls(name, fn, schedule, on_failure, takes_context, is_coroutine, options,
+                   alert_after)
 
 
 @dataclass(eq=False)

@@ -26,12 +26,16 @@ POINTS = (
     "pick",
     "heartbeat",
     "finish",
+    "finish_history",
     "release",
     "record_lost",
     "operation",
+    "alert",
 )
 """Every point the engine reports; each is reached right after the named statement returned,
-before the code that follows it (a commit, the next statement, the Python that uses it)."""
+before the code that follows it (a commit, the next statement, the Python that uses it).
+``finish_history`` follows a run row written before its finish (databases where the two
+cannot be one statement); ``alert`` follows the conditional update of a lateness alert."""
 
 
 def _armed() -> dict[str, int]:

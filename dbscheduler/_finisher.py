@@ -12,8 +12,8 @@ from typing import Any
 from ._execution import Ended, Execution, TaskDef, describe_error, truncate
 from ._faults import FaultLog
 from ._heartbeat import Heartbeat
-from ._store import FinishWrite, Store, encode_state
-from .client import task_info
+from ._store import FinishWrite, RunRecord, Store, encode_state
+from ._taskinfo import task_info
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
 from .logfields import about, engine_log, engine_thread
@@ -22,7 +22,7 @@ from .planning import plan_next
 from .runtime import finished_for_good
 from .schedules.once import NEVER
 
-__all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher"]
+__all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher", "run_record"]
 
 log = engine_log("dbscheduler.finisher")
 
@@ -186,7 +186,8 @@ class Finisher:
             status, error = "error", failure
         write = FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
                             finished_at=now, error=error, payload=payload,
-                            delete=finished_for_good(ex.task, next_at))
+                            delete=finished_for_good(ex.task, next_at),
+                            run=run_record(ex, self._node_id))
         written[(ex.id, ex.token)] = write
         return write
 
@@ -237,15 +238,24 @@ class Finisher:
             scheduled_at=lost_started, started_at=lost_started, finished_at=now,
         )
         id_, token = int(row["id"]), int(row["total_attempt"])
+        # The lost execution's run row, written by this node with the record of its loss.
+        run = RunRecord(task.name, token - 1, max(lost_attempt, 1), str(lost_node),
+                        lost_started, lost_started)
         if failure is None and next_at <= now:
-            self._store.record_lost(self._node_id, id_, token, attempt + 1, error)
+            self._store.record_lost(self._node_id, id_, token, attempt + 1, error, run)
             return next_at, attempt + 1
         self._store.finish(self._node_id, lambda finished: [FinishWrite(
             id_, token, status="lost", next_at=next_at, attempt=attempt,
             finished_at=finished, error=error if failure is None else failure,
-            delete=finished_for_good(task, next_at))])
+            delete=finished_for_good(task, next_at), run=run)])
         self._after_write(next_at)  # a due time this node just wrote
         return None
+
+
+def run_record(ex: Execution, node_id: str) -> RunRecord:
+    """The run history's key and facts of an execution of this node."""
+    return RunRecord(ex.task.name, ex.token, ex.ctx.attempt, node_id, ex.ctx.scheduled_at,
+                     ex.ctx.started_at)
 
 
 def _plan(

@@ -4,7 +4,7 @@ the change may make a task due sooner."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -13,7 +13,7 @@ from ._execution import Execution, TaskDef
 from ._heartbeat import Heartbeat
 from ._wakeup import Wakeup
 from .client import Client
-from .context import TaskInfo
+from .context import RunInfo, TaskInfo
 from .errors import TaskNotFound
 from .schedules import Schedule
 
@@ -140,3 +140,19 @@ class Operations:
         """The :class:`TaskInfo` of ``name``."""
         with self._ops(name) as client:
             return client.info(name)
+
+    def runs(
+        self,
+        name: str | None = None,
+        *,
+        status: str | Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Finished executions, newest first (see :meth:`Client.runs`).
+
+        >>> scheduler.runs("nightly-report", status="error", limit=5)   # doctest: +SKIP
+        """
+        with self._ops("") as client:
+            return client.runs(name, status=status, since=since, until=until, limit=limit)

@@ -24,6 +24,7 @@ from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread
 from .options import misfired
 from .runtime import Handlers
+from .table import RESERVED_PREFIX
 
 log = engine_log("dbscheduler.poller")
 
@@ -114,7 +115,7 @@ class Poller:
             # tasks would never run until a restart.
             log.warning("the rows of this node's tasks are missing (the table was dropped, "
                         "recreated or emptied); registering its %d task(s) again",
-                        len(self._tasks))
+                        sum(1 for n in self._tasks.tasks if not n.startswith(RESERVED_PREFIX)))
             self._reregister()
             self._table_missing = False
             state = self._store.poll(self._tasks.keys())

@@ -7,7 +7,7 @@ is one autocommit write on the database's clock (a read follows only to explain 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -17,16 +17,24 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from . import _faultpoints
-from ._store import StoreBase, decode_state, decode_state_safe, validate_name, write_runtime
+from ._durations import duration
+from ._store import (
+    StoreBase,
+    select_runs,
+    validate_name,
+    write_runtime,
+)
+from ._store.alerts import dead_where, overdue_where
 from ._store.controls import GroupInfo, group_infos, set_group_limit
-from .context import TaskInfo
-from .dialects import create_engine, db_now, db_now_plus, prepare_engine
+from ._taskinfo import task_info
+from .context import RunInfo, TaskInfo
+from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
 from .logfields import engine_log
-from .options import TaskOptions, options_from
+from .options import options_from
 from .runtime import once_at, runtime_row
 from .schedules import Schedule
-from .table import DEFAULT_TABLE
+from .table import DEFAULT_TABLE, RUN_STATUSES
 
 __all__ = ["Client", "GroupInfo", "TaskCounts", "task_info"]
 
@@ -41,7 +49,8 @@ class TaskCounts:
     """How many tasks of the table are in each state, from :meth:`Client.counts`.
 
     ``running + paused + overdue + idle == total``: a paused task that still runs counts as
-    running, an overdue one is unpaused, not running and late by more than ``overdue_after``.
+    running; an overdue one is unpaused, not running, and late by more than ``overdue_after``
+    or without a success for longer than its ``alert_after``.
     """
 
     total: int
@@ -53,7 +62,7 @@ class TaskCounts:
 
 class Client:
     """Operations on the tasks of one table: trigger, reschedule, pause, resume, cancel,
-    delete, info, tasks.
+    delete, info, tasks, runs.
 
     ::
 
@@ -69,14 +78,18 @@ class Client:
             nor ``engine`` is given.
         engine: an existing SQLAlchemy engine instead of a URL (not disposed by :meth:`close`).
         table: the table's name, a plain identifier with an optional ``schema.`` prefix.
+        overdue_after: how late (past its due time, not picked) a task must be for
+            :attr:`TaskInfo.overdue` and :meth:`counts`.
 
     Unknown names raise :class:`~dbscheduler.TaskNotFound`; a missing table raises
     :class:`~dbscheduler.SchemaMissing`. The client never creates the table.
     """
 
     def __init__(
-        self, url: str | None = None, *, engine: Engine | None = None, table: str = DEFAULT_TABLE
+        self, url: str | None = None, *, engine: Engine | None = None,
+        table: str = DEFAULT_TABLE, overdue_after: timedelta | float = timedelta(seconds=60),
     ) -> None:
+        self.overdue_after = duration(overdue_after, "overdue_after", allow_zero=True)
         if url is not None and engine is not None:
             raise ValueError("pass either url or engine, not both")
         if engine is not None and not isinstance(engine, Engine):
@@ -121,22 +134,63 @@ class Client:
         datetime.datetime(2026, 11, 24, 2, 0, tzinfo=datetime.timezone.utc)
         """
         with self._store.read() as conn:
-            return task_info(self._row(conn, name))
+            row = self._row(conn, name)
+        return task_info(row, now=row["db_now_"], overdue_after=self.overdue_after)
 
     def tasks(self) -> list[TaskInfo]:
-        """A :class:`TaskInfo` for every row in the table, ordered by name."""
+        """A :class:`TaskInfo` for every row in the table, ordered by name (dbscheduler's own
+        tasks, such as ``dbscheduler.prune-runs``, included: :attr:`TaskInfo.builtin`)."""
         t = self._store.table
         with self._store.read() as conn:
-            rows = conn.execute(sa.select(t).order_by(t.c.queue_name))
-            return [task_info(dict(r._mapping)) for r in rows]
+            rows = conn.execute(sa.select(t, db_now().label("db_now_")).order_by(t.c.queue_name))
+            return [task_info(dict(r._mapping), now=r.db_now_, overdue_after=self.overdue_after)
+                    for r in rows]
 
-    def counts(self, overdue_after: timedelta = timedelta(seconds=60)) -> TaskCounts:
+    def runs(
+        self,
+        name: str | None = None,
+        *,
+        status: str | Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Finished executions from the run history, newest first: of the task ``name`` (all
+        tasks when None), with ``status`` (one or several of ``success``, ``error``,
+        ``lost``, ``cancelled``, ``timeout``, ``skipped``), finished at or after ``since``
+        and before ``until`` (aware datetimes), at most ``limit``.
+
+        A task that no longer exists keeps its runs until they are pruned; a name without
+        runs gives an empty list.
+
+        >>> [r.status for r in client.runs("nightly-report", limit=3)]   # doctest: +SKIP
+        ['success', 'error', 'success']
+        """
+        if name is not None:
+            validate_name(name)
+        statuses = [status] if isinstance(status, str) else sorted(status or ())
+        unknown = [s for s in statuses if s not in RUN_STATUSES]
+        if unknown:
+            raise ValueError(f"unknown run status {unknown[0]!r}; use one of "
+                             f"{', '.join(RUN_STATUSES)}")
+        for label, value in (("since", since), ("until", until)):
+            if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+                raise ValueError(f"{label} must be an aware datetime (e.g. with "
+                                 f"tzinfo=timezone.utc), got {value!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+            raise ValueError(f"limit must be an integer from 1 to 100000, got {limit!r}")
+        return select_runs(self._store, name, statuses, since, until, limit)
+
+    def counts(self, overdue_after: timedelta | None = None) -> TaskCounts:
         """Tasks by state, in one aggregate query on the database clock (cheap with 10,000
-        rows: nothing but five numbers comes back).
+        rows: nothing but five numbers comes back); ``overdue_after`` defaults to the
+        client's.
 
         >>> client.counts().overdue                               # doctest: +SKIP
         0
         """
+        if overdue_after is None:
+            overdue_after = self.overdue_after
         if not isinstance(overdue_after, timedelta) or overdue_after < timedelta(0):
             raise ValueError(f"overdue_after must be a timedelta >= 0, got {overdue_after!r}")
         t = self._store.table
@@ -145,8 +199,7 @@ class Client:
         # Flags are compared with bound 0/1, never a boolean literal (SQL Server, old Oracle).
         paused = t.c.paused == sa.bindparam("paused_yes", True, type_=sa.Boolean())
         unpaused = t.c.paused == sa.bindparam("paused_no", False, type_=sa.Boolean())
-        late = t.c.next_process_at < db_now_plus(
-            sa.bindparam("overdue_s", -overdue_after.total_seconds(), type_=sa.Float()))
+        late = sa.or_(overdue_where(t, overdue_after), dead_where(t))
 
         # Constants in the text, not parameters: SQL Server types a CASE of parameters badly.
         one: sa.ColumnElement[int] = sa.literal_column("1", sa.Integer())
@@ -289,7 +342,8 @@ class Client:
     def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:
         self._known_shape(name)
         t = self._store.table
-        row = conn.execute(sa.select(t).where(t.c.queue_name == name)).first()
+        row = conn.execute(
+            sa.select(t, db_now().label("db_now_")).where(t.c.queue_name == name)).first()
         if row is None:
             raise TaskNotFound(name, self.table)
         return dict(row._mapping)
@@ -331,40 +385,3 @@ class Client:
                 raise TaskNotFound(name, self.table)
             if not paused:
                 self._store.notify(conn, name)
-
-
-def task_info(row: Mapping[str, Any]) -> TaskInfo:
-    """A table row (its columns by name) as a :class:`TaskInfo`; the one place that maps a
-    row to one. Never raises on a stored state that is not JSON: ``state_error`` says why and
-    ``raw_state`` keeps the text."""
-    payload = row["payload"]
-    state: Any = None
-    state_error: str | None = None
-    try:
-        state = decode_state(payload)
-    except Exception as exc:  # not JSON, or nested too deep (RecursionError)
-        state_error = f"{type(exc).__name__}: {exc}"[:500]
-    return TaskInfo(
-        id=int(row["id"]),
-        name=row["queue_name"],
-        state=state,
-        state_error=state_error,
-        raw_state=payload if state_error is not None else None,
-        created_at=row["created_at"],
-        next_process_at=row["next_process_at"],
-        attempt=int(row["attempt"]),
-        reenqueue_attempt=int(row["reenqueue_attempt"]),
-        total_attempt=int(row["total_attempt"]),
-        paused=bool(row["paused"]),
-        locked_by=row["locked_by"],
-        heartbeat_at=row["heartbeat_at"],
-        last_started_at=row["last_started_at"],
-        last_finished_at=row["last_finished_at"],
-        last_status=row["last_status"],
-        last_error=row["last_error"],
-        schedule=row["schedule"],
-        stop_requested=bool(row["stop_requested"]),
-        handler=row.get("handler"),
-        data=decode_state_safe(row.get("data"))[0],
-        options=TaskOptions.from_json(row.get("options")).to_dict(),
-    )

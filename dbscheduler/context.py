@@ -1,5 +1,6 @@
 """What a task sees while it runs (:class:`TaskContext`), what it may return (:class:`Result`),
-and what operations report about a row (:class:`TaskInfo`)."""
+what operations report about a row (:class:`TaskInfo`) and about a finished execution
+(:class:`RunInfo`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
 
     from .fencing import Fence
 
-__all__ = ["UNSET", "Result", "Status", "TaskContext", "TaskInfo"]
+from .table import RESERVED_PREFIX
+
+__all__ = ["UNSET", "Result", "RunInfo", "Status", "TaskContext", "TaskInfo"]
 
 Status = Literal["success", "error", "lost", "cancelled", "timeout", "skipped"]
 """The values of the ``last_status`` column: ``timeout`` is a run stopped by its ``timeout``
@@ -188,17 +191,91 @@ class TaskInfo:
     """The row's data (decoded JSON) as its handler receives it in ``ctx.data``."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The row's execution options that differ from the defaults (durations in seconds)."""
+    last_success_at: datetime | None = None
+    """When the task last succeeded, or ``None`` (never, or not known from before the run
+    history existed)."""
+    alert_after: timedelta | None = None
+    """The dead-man limit: an alert when the last success (or the creation) is older."""
+    alerted_at: datetime | None = None
+    """When the current alert episode was raised (``on_overdue``); ``None`` when none is
+    open. The next success ends it (``on_recovered``)."""
+    overdue: bool = False
+    """Late, on the database clock when read: unpaused and either due longer ago than
+    ``overdue_after`` while no node runs it, or without a success for longer than
+    ``alert_after``."""
 
     @property
     def running(self) -> bool:
         """True while a node holds the task's lease (``locked_by`` is set)."""
         return self.locked_by is not None
 
+    @property
+    def builtin(self) -> bool:
+        """True for dbscheduler's own tasks (names starting with ``dbscheduler.``, such as
+        ``dbscheduler.prune-runs``)."""
+        return self.name.startswith(RESERVED_PREFIX)
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields and ``running`` as JSON-ready values (ISO 8601 UTC timestamps)."""
+        """The fields, ``running`` and ``builtin`` as JSON-ready values (ISO 8601 UTC
+        timestamps, ``alert_after`` in seconds)."""
         out: dict[str, Any] = {}
         for key, value in self.__dict__.items():
-            out[key] = value.isoformat() if isinstance(value, datetime) else value
+            out[key] = _json_value(value)
         out["options"] = dict(self.options)
         out["running"] = self.running
+        out["builtin"] = self.builtin
         return out
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One finished execution, from the run history (``scheduler.runs()``, newest first)::
+
+        for run in scheduler.runs("nightly-report", status="error", limit=5):
+            print(run.finished_at, run.node_id, run.duration, run.error)
+
+    Timestamps are aware UTC datetimes from the database clock.
+    """
+
+    id: int
+    name: str
+    """The task's name."""
+    token: int
+    """The execution's fencing token (``total_attempt`` after its pick)."""
+    attempt: int
+    """Attempts of its occurrence, this one included (1 on the first try)."""
+    node_id: str
+    """The node that ran it (for a ``lost`` run, the node that vanished)."""
+    scheduled_at: datetime
+    """The due time that made it run."""
+    started_at: datetime
+    finished_at: datetime
+    """When its finish was written (for a ``lost`` run: when another node found it lost)."""
+    status: str
+    """``success``, ``error``, ``lost``, ``cancelled``, ``timeout`` or ``skipped``."""
+    error: str | None
+    """``"Type: message"`` of a failure (truncated like ``last_error``), else ``None``."""
+
+    @property
+    def duration(self) -> timedelta:
+        """``finished_at - started_at``."""
+        return self.finished_at - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values, ISO 8601 UTC timestamps, plus ``duration`` in
+        seconds.
+
+        >>> run.to_dict()["duration"]   # doctest: +SKIP
+        0.734
+        """
+        out = {key: _json_value(value) for key, value in self.__dict__.items()}
+        out["duration"] = self.duration.total_seconds()
+        return out
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value

@@ -77,6 +77,16 @@ class Listener:
         workers) and got ``got``. ``got == 0`` means another node took the due rows first
         (contention), or they were paused or rescheduled in the meantime."""
 
+    def on_overdue(self, info: TaskInfo, late_by: timedelta) -> None:
+        """A task became late: no node picked it for longer than ``overdue_after`` past its
+        due time (``late_by``: since it was due), or it has ``alert_after`` and no success
+        within it (``late_by``: since its last success, or its creation). Called on exactly
+        one node of the cluster per episode; the episode ends with :meth:`on_recovered`."""
+
+    def on_recovered(self, info: TaskInfo) -> None:
+        """A task that was reported late (:meth:`on_overdue`) succeeded again. Called on
+        exactly one node of the cluster."""
+
 
 class Listeners(Listener):
     """The registered listeners as one: each hook calls every listener in order, each
@@ -120,3 +130,9 @@ class Listeners(Listener):
 
     def on_pick(self, asked: int, got: int) -> None:
         self._call(Listener.on_pick, asked, got)
+
+    def on_overdue(self, info: TaskInfo, late_by: timedelta) -> None:
+        self._call(Listener.on_overdue, info, late_by)
+
+    def on_recovered(self, info: TaskInfo) -> None:
+        self._call(Listener.on_recovered, info)

@@ -17,8 +17,9 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from ._durations import alert_after as checked_alert_after
 from ._execution import TaskDef, TaskFunction
-from ._store import RuntimeRow, validate_name
+from ._store import RuntimeRow, refuse_reserved, validate_name
 from ._store.state import encode_state
 from .failures import FailureSettings, NoRetry
 from .logfields import engine_log
@@ -53,6 +54,10 @@ def runtime_row(
     except ValueError as exc:
         raise ValueError(f"task {name!r}: handler: {str(exc).replace('task name', 'name')}"
                          ) from None
+    refuse_reserved(name, "task")
+    refuse_reserved(handler, f"task {name!r}: handler")
+    options = dict(options)
+    alert_after = _alert_after(name, options.pop("alert_after", None))
     if isinstance(schedule, Dynamic):
         raise ValueError(
             f"task {name!r}: schedule: a Dynamic schedule is code and cannot be stored for a "
@@ -83,7 +88,14 @@ def runtime_row(
         return jittered(schedule.first_run(now), controls, NEVER)
 
     return RuntimeRow(name, handler, text, first_run, stored_data, stored_options,
-                      controls.priority, controls.group, controls.requires)
+                      controls.priority, controls.group, controls.requires, alert_after)
+
+
+def _alert_after(name: str, value: Any) -> float | None:
+    """The ``alert_after`` option in seconds, checked."""
+    if value is None:
+        return None
+    return checked_alert_after(value, name).total_seconds()
 
 
 def once_at(name: str, at: object) -> Once:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections import ChainMap
 from collections.abc import Iterable
 from datetime import timedelta
 from types import FrameType, TracebackType
@@ -17,10 +18,11 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Engine
 
 from ._clock import Clock
-from ._declarations import Declarations, default_node_id, duration
+from ._declarations import Declarations, default_node_id
+from ._durations import duration
 from ._execution import Ended, Execution, TaskDef, TaskFunction
 from ._executor import Executor
-from ._finisher import Finisher
+from ._finisher import Finisher, run_record
 from ._heartbeat import Heartbeat
 from ._isolation import warm_up
 from ._operations import Operations
@@ -28,11 +30,13 @@ from ._poller import Poller
 from ._startup import retry_unreachable
 from ._store import Store
 from ._wakeup import NotifyListener, Wakeup
+from .alerts import AlertWatch
 from .client import Client
 from .dialects import create_engine, prepare_engine
 from .errors import TaskNotFound
 from .health import Health
 from .health import check as check_health
+from .history import HistorySettings, builtin_tasks
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread, node_context
 from .options import node_tags
@@ -75,6 +79,12 @@ class Scheduler(Declarations, Operations):
         poll_interval: the safety-net poll; due tasks start on time regardless.
         tags: what this node offers (``{"gpu"}``): it also runs tasks with ``requires`` one
             of them. Its node id is always one of its tags.
+        history: how long finished executions are kept in ``<table>_runs`` (``runs()``);
+            ``None`` writes no history (and this node prunes none).
+        history_per_task: at most this many runs kept per task (``None``: no count limit).
+        overdue_after: a task due longer ago than this that no node picked is late
+            (listeners get ``on_overdue`` on one node of the cluster).
+        overdue_check: how often this node looks for late tasks (one query); ``None``: never.
     """
 
     def __init__(
@@ -88,6 +98,10 @@ class Scheduler(Declarations, Operations):
         lease: timedelta | float = timedelta(seconds=30),
         poll_interval: timedelta | float = timedelta(seconds=1),
         tags: Iterable[str] = (),
+        history: timedelta | float | None = timedelta(days=7),
+        history_per_task: int | None = 1000,
+        overdue_after: timedelta | float = timedelta(seconds=60),
+        overdue_check: timedelta | float | None = timedelta(seconds=30),
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -98,6 +112,10 @@ class Scheduler(Declarations, Operations):
             raise ValueError(f"node_id must be a string of 1 to 255 characters, got {node_id!r}")
         self.lease = duration(lease, "lease")
         self.poll_interval = duration(poll_interval, "poll_interval")
+        self.history = HistorySettings.of(history, history_per_task)
+        self.overdue_after = duration(overdue_after, "overdue_after", allow_zero=True)
+        self.overdue_check = (None if overdue_check is None
+                              else duration(overdue_check, "overdue_check"))
         self.max_workers = max_workers
         self.node_id = node_id or default_node_id()
         self.table = table
@@ -114,12 +132,14 @@ class Scheduler(Declarations, Operations):
         self.tags = self._store.tags
         """This node's tags (its id among them): it runs rows requiring one, or none."""
         self.client = Client(engine=engine, table=table)
+        self._store = Store(engine, table, history=self.history is not None)
+        self.client = Client(engine=engine, table=table, overdue_after=self.overdue_after)
         """The :class:`Client` on this scheduler's table: every operation, also from code
         that holds the scheduler."""
         self._embedded = self._store.dialect.embedded
         self._schema_ready = False
         self._tasks: dict[str, TaskDef] = {}
-        self._handlers = Handlers(self._tasks)
+        self._handlers = Handlers(ChainMap(self._tasks, builtin_tasks(self._store, self.history)))
         self._listeners = Listeners()
         self._lock = threading.Lock()
         self._state = "new"
@@ -132,6 +152,7 @@ class Scheduler(Declarations, Operations):
         self._finisher: Finisher | None = None
         self._poller: Poller | None = None
         self._listener: NotifyListener | None = None
+        self._alerts: AlertWatch | None = None
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
@@ -143,7 +164,7 @@ class Scheduler(Declarations, Operations):
             return
         if self._embedded:
             self._store.create_table()
-        self._store.check_schema()
+        self._store.check_schema(history=self.history is not None)
         self._schema_ready = True
 
     def start(self, *, wait: float | timedelta | None = None) -> None:
@@ -187,8 +208,11 @@ class Scheduler(Declarations, Operations):
             tasks=self._handlers, executor=self._executor, heartbeat=self._heartbeat,
             listeners=self._listeners, wakeup=self._wakeup, clock=self.clock,
             finisher=self._finisher,
-            reregister=lambda: self._register(list(self._tasks.values())),
+            reregister=lambda: self._register(self._declared()),
         )
+        if self.overdue_check is not None:
+            self._alerts = AlertWatch(store, self._listeners, self.overdue_after,
+                                      self.overdue_check)
         if store.dialect.supports_notify:
             self._listener = NotifyListener(self.engine, store.dialect, store.channel, self._wakeup)
             self._listener.start()
@@ -197,6 +221,8 @@ class Scheduler(Declarations, Operations):
         self._heartbeat.start()
         self._finisher.start()
         self._poller.start()
+        if self._alerts is not None:
+            self._alerts.start()
         with self._lock:
             self._state = "running"
         log.info("started with %d task(s) on %s", len(self._tasks), self)
@@ -206,7 +232,7 @@ class Scheduler(Declarations, Operations):
         server that does not answer yet."""
         def prepare() -> None:
             self._ensure_schema()
-            self._register(list(self._tasks.values()))
+            self._register(self._declared())
 
         retry_unreachable(prepare, dialect=self._store.dialect, safe_url=self._store.safe_url(),
                           wait=wait, abort=self._start_abort)
@@ -244,6 +270,8 @@ class Scheduler(Declarations, Operations):
         self._poller.stop()
         if self._listener is not None:
             self._listener.stop()
+        if self._alerts is not None:
+            self._alerts.stop()
         self._release(self._executor.close(), "never started")
         for ex in self._executor.running():
             ex.ctx.stop_requested.set()
@@ -262,14 +290,17 @@ class Scheduler(Declarations, Operations):
         self._stopped.set()
         log.info("stopped")
 
-    def _release(self, executions: list[Execution], why: str) -> None:
-        """Give back the leases of executions that will not write a finish."""
+    def _release(self, executions: list[Execution], why: str, ended: bool = False) -> None:
+        """Give back the leases of executions that will not write a finish (of ``ended``
+        ones, their run rows too, where a run row is written before its finish)."""
         if not executions:
             return
         assert self._heartbeat is not None
         self._heartbeat.untrack(executions)
         try:
             released = self._store.release(self.node_id, {e.id: e.token for e in executions})
+            if ended:
+                self._store.forget_runs([run_record(e, self.node_id) for e in executions])
             log.info("shutdown: released %d lease(s) (%s)", released, why)
         except Exception as exc:
             log.warning("shutdown: could not release leases (they expire on their own): %s", exc)
@@ -286,7 +317,7 @@ class Scheduler(Declarations, Operations):
         assert self._executor and self._finisher and self._heartbeat
         self._finisher.stop(timeout=max(5.0, self.lease.total_seconds()))
         # Finishes the database did not take in time: nothing runs them any more.
-        self._release(self._heartbeat.tracked(), "finish not written")
+        self._release(self._heartbeat.tracked(), "finish not written", ended=True)
         self._heartbeat.stop()
         self._executor.shutdown()
         if self._owns_engine:

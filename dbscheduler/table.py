@@ -31,10 +31,14 @@ __all__ = [
     "MAX_ERROR_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_STATE_BYTES",
+    "RESERVED_PREFIX",
+    "RUN_STATUSES",
     "control_columns",
     "groups_table_name",
     "make_groups_table",
+    "make_runs_table",
     "make_table",
+    "runs_table_name",
     "split_table_name",
 ]
 
@@ -55,11 +59,15 @@ MAX_DATA_BYTES = MAX_STATE_BYTES
 MAX_OPTIONS_LENGTH = 2000
 """Longest ``options`` JSON text (execution options stored with a row)."""
 
-REVISION = 4
+REVISION = 5
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 GROUPS_SUFFIX = "_groups"
 """The group-limit table of ``<table>`` is ``<table>_groups``."""
+RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
+"""The values of the run history's ``status`` column."""
+RESERVED_PREFIX = "dbscheduler."
+"""Task and handler names starting with this belong to dbscheduler's built-in tasks."""
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _TABLE_NAME = re.compile(rf"^(?:({_IDENT})\.)?({_IDENT})$")
@@ -98,7 +106,8 @@ def make_table(
     answer was lost, or a database without ``RETURNING``, reads them back), and widens
     ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
     runtime columns (:func:`runtime_columns`); 4 the execution controls
-    (:func:`control_columns`; the limits live in :func:`make_groups_table`).
+    (:func:`control_columns`; the limits live in :func:`make_groups_table`); 5 the alert
+    columns (:func:`alert_columns`) next to the run history (:func:`make_runs_table`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -150,11 +159,14 @@ def make_table(
         *(revision_2_columns() if revision >= 2 else []),
         *(runtime_columns() if revision >= 3 else []),
         *(control_columns() if revision >= 4 else []),
+        *(alert_columns() if revision >= 5 else []),
         sa.UniqueConstraint("queue_name", name=f"{name}_uq"),
         sa.Index(f"{name}_next_idx", "next_process_at"),
         *([sa.Index(f"{name}_claim_idx", "claim")] if revision >= 2 else []),
         *([sa.Index(f"{name}_handler_idx", "handler", "next_process_at")]
           if revision >= 3 else []),
+        *([sa.Index(f"{name}_alert_idx", "alerted_at", "alert_after")]
+          if revision >= 5 else []),
         schema=schema,
         **table_options(),
     )
@@ -258,6 +270,70 @@ def make_groups_table(qualified_name: str = DEFAULT_TABLE,
         sa.Column("name", name_type(MAX_NAME_LENGTH), primary_key=True),
         sa.Column("max_running", sa.Integer(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=True),
+        schema=schema,
+        **table_options(),
+    )
+
+
+def alert_columns() -> list[sa.Column[Any]]:
+    """The columns revision 5 adds for lateness alerts.
+
+    ``last_success_at`` is when the task last succeeded (the finish sets it); ``alert_after``
+    (seconds, ``NULL`` for none) is the task's dead-man limit: an alert when its last success
+    (or its creation) is older; ``alerted_at`` is set by the one node that raised an alert
+    episode and cleared by the one that saw it recover. The index on ``(alerted_at,
+    alert_after)`` lets the lateness check read only alerted rows and rows with a limit.
+    """
+    return [
+        sa.Column("last_success_at", UTCDateTime(), nullable=True),
+        sa.Column("alert_after", sa.Double(), nullable=True),
+        sa.Column("alerted_at", UTCDateTime(), nullable=True),
+    ]
+
+
+def runs_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
+    """The run history's table for a tasks table: ``<table>_runs``, in the same schema.
+
+    >>> runs_table_name("ops.jobs")
+    'ops.jobs_runs'
+    """
+    schema, name = split_table_name(qualified_name)
+    return f"{schema}.{name}_runs" if schema else f"{name}_runs"
+
+
+def make_runs_table(
+    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None
+) -> sa.Table:
+    """Build the run history of the tasks table ``qualified_name``: ``<table>_runs``, one row
+    per finished execution (revision 5).
+
+    A row is identified by its execution: ``(task_name, token, started_at)`` is unique (a
+    task deleted and created again starts its tokens anew, at a later time), so a row can be
+    written before the finish it belongs to and found again by whoever settles it. The index
+    on ``(task_name, finished_at)`` serves a task's newest runs and its count limit, the one
+    on ``finished_at`` the newest runs of all tasks and the age limit.
+
+    >>> make_runs_table("jobs").name
+    'jobs_runs'
+    """
+    schema, name = split_table_name(qualified_name)
+    runs = f"{name}_runs"
+    return sa.Table(
+        runs,
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("id", id_type(), sa.Identity(), primary_key=True),
+        sa.Column("task_name", name_type(MAX_NAME_LENGTH), nullable=False),
+        sa.Column("token", sa.BigInteger(), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("node_id", sa.Unicode(255), nullable=False),
+        sa.Column("scheduled_at", UTCDateTime(), nullable=False),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column("finished_at", UTCDateTime(), nullable=False),
+        sa.Column("status", sa.Unicode(16), nullable=False),
+        sa.Column("error", sa.Unicode(MAX_ERROR_LENGTH), nullable=True),
+        sa.UniqueConstraint("task_name", "token", "started_at", name=f"{runs}_uq"),
+        sa.Index(f"{runs}_task_idx", "task_name", "finished_at"),
+        sa.Index(f"{runs}_time_idx", "finished_at"),
         schema=schema,
         **table_options(),
     )

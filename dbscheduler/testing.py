@@ -47,6 +47,7 @@ from .context import Status, TaskContext, TaskInfo
 from .listeners import Listeners, Outcome
 from .options import misfired
 from .scheduler import Scheduler
+from .table import RESERVED_PREFIX
 
 __all__ = ["Run", "TestScheduler"]
 
@@ -85,6 +86,9 @@ class TestScheduler:
         max_runs: executions one call may run before it concludes that a schedule never
             moves on (``FixedDelay(0)``, a ``Result.next_at`` in the past) and raises
             ``RuntimeError``.
+
+    dbscheduler's built-in tasks (``dbscheduler.prune-runs``) are neither registered nor run:
+    ``runs`` holds only your tasks' executions; ``scheduler.runs()`` reads their history.
 
     Use it as a context manager (or call :meth:`close`): it gives the database its own clock
     back. While it is open, ``scheduler.info()``, ``tasks()``, ``trigger()`` … see the test
@@ -202,8 +206,12 @@ class TestScheduler:
         self.close()
 
     # -- the engine, in this thread ------------------------------------------------------
+    def _handlers(self) -> list[str]:
+        """The handlers it runs: the user's, not dbscheduler's own."""
+        return [h for h in self._scheduler._handlers if not h.startswith(RESERVED_PREFIX)]
+
     def _next_due(self) -> datetime | None:
-        return self._scheduler._store.poll(self._scheduler._handlers.keys()).next_due
+        return self._scheduler._store.poll(self._handlers()).next_due
 
     def _run_due(self, budget: int) -> list[Run]:
         if self._closed:
@@ -211,7 +219,8 @@ class TestScheduler:
         tasks, store = self._scheduler._handlers, self._scheduler._store
         first = len(self._runs)
         while True:
-            picked = store.pick(NODE_ID, max(1, len(tasks)), self._scheduler.lease, tasks.keys())
+            known = self._handlers()
+            picked = store.pick(NODE_ID, max(1, len(known)), self._scheduler.lease, known)
             if not picked.rows:
                 return self._runs[first:]
             for row in picked.rows:

@@ -128,6 +128,57 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0004 -> dbscheduler_0005
+
+ALTER TABLE scheduled_tasks ADD last_success_at DATETIME2(6) NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD alert_after DOUBLE PRECISION NULL;
+
+GO
+
+ALTER TABLE scheduled_tasks ADD alerted_at DATETIME2(6) NULL;
+
+GO
+
+UPDATE scheduled_tasks SET last_success_at=scheduled_tasks.last_finished_at WHERE scheduled_tasks.last_status = N'success';
+
+GO
+
+CREATE INDEX scheduled_tasks_alert_idx ON scheduled_tasks (alerted_at, alert_after);
+
+GO
+
+CREATE TABLE scheduled_tasks_runs (
+    id BIGINT NOT NULL IDENTITY, 
+    task_name NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+    token BIGINT NOT NULL, 
+    attempt INTEGER NOT NULL, 
+    node_id NVARCHAR(255) NOT NULL, 
+    scheduled_at DATETIME2(6) NOT NULL, 
+    started_at DATETIME2(6) NOT NULL, 
+    finished_at DATETIME2(6) NOT NULL, 
+    status NVARCHAR(16) NOT NULL, 
+    error NVARCHAR(2000) NULL, 
+    PRIMARY KEY (id), 
+    CONSTRAINT scheduled_tasks_runs_uq UNIQUE (task_name, token, started_at)
+);
+
+GO
+
+CREATE INDEX scheduled_tasks_runs_task_idx ON scheduled_tasks_runs (task_name, finished_at);
+
+GO
+
+CREATE INDEX scheduled_tasks_runs_time_idx ON scheduled_tasks_runs (finished_at);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0005' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0004';
+
+GO
+
 COMMIT;
 
 GO

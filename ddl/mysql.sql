@@ -80,3 +80,36 @@ CREATE TABLE scheduled_tasks_groups (
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0004' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003';
 
+-- Running upgrade dbscheduler_0004 -> dbscheduler_0005
+
+ALTER TABLE scheduled_tasks ADD COLUMN last_success_at DATETIME(6);
+
+ALTER TABLE scheduled_tasks ADD COLUMN alert_after DOUBLE;
+
+ALTER TABLE scheduled_tasks ADD COLUMN alerted_at DATETIME(6);
+
+UPDATE scheduled_tasks SET last_success_at=scheduled_tasks.last_finished_at WHERE scheduled_tasks.last_status = 'success';
+
+CREATE INDEX scheduled_tasks_alert_idx ON scheduled_tasks (alerted_at, alert_after);
+
+CREATE TABLE scheduled_tasks_runs (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    task_name VARCHAR(255) COLLATE utf8mb4_bin NOT NULL, 
+    token BIGINT NOT NULL, 
+    attempt INTEGER NOT NULL, 
+    node_id VARCHAR(255) NOT NULL, 
+    scheduled_at DATETIME(6) NOT NULL, 
+    started_at DATETIME(6) NOT NULL, 
+    finished_at DATETIME(6) NOT NULL, 
+    status VARCHAR(16) NOT NULL, 
+    error VARCHAR(2000), 
+    PRIMARY KEY (id), 
+    CONSTRAINT scheduled_tasks_runs_uq UNIQUE (task_name, token, started_at)
+)ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+CREATE INDEX scheduled_tasks_runs_task_idx ON scheduled_tasks_runs (task_name, finished_at);
+
+CREATE INDEX scheduled_tasks_runs_time_idx ON scheduled_tasks_runs (finished_at);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0005' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0004';
+

@@ -20,9 +20,17 @@ from ..dialects import Dialect, autocommits, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
 from ..logfields import engine_log
-from ..table import COLUMNS, MAX_NAME_LENGTH, make_groups_table, make_table, split_table_name
+from ..table import (
+    COLUMNS,
+    MAX_NAME_LENGTH,
+    RESERVED_PREFIX,
+    make_groups_table,
+    make_runs_table,
+    make_table,
+    split_table_name,
+)
 
-__all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
+__all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 
 log = engine_log("dbscheduler.store")
 
@@ -50,6 +58,8 @@ class StoreBase:
         self._full_groups: sa.Select[Any] | None = None
         self._eligible: dict[tuple[object, frozenset[str], bool], sa.ColumnElement[bool]] = {}
         """Conditions of :mod:`.controls`, built once (building them is costly)."""
+        self.runs_table = make_runs_table(table)
+        """The run history, ``<table>_runs``."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -67,8 +77,9 @@ class StoreBase:
             return  # made by hand or an older version: check_schema() judges it
         upgrade(self.engine, self.table_name)
 
-    def check_schema(self) -> None:
-        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table is usable."""
+    def check_schema(self, history: bool = True) -> None:
+        """Raise :class:`SchemaMissing` / :class:`SchemaMismatch` unless the table (and, with
+        ``history``, the run history's) is usable."""
         schema, name = split_table_name(self.table_name)
         inspector = sa.inspect(self.engine)
         if not inspector.has_table(name, schema=schema):
@@ -77,6 +88,8 @@ class StoreBase:
         missing = [c for c in COLUMNS if c not in present]
         if not missing and not inspector.has_table(self.groups.name, schema=schema):
             missing = [f"(table {self.groups.name})"]
+        if history and not inspector.has_table(self.runs_table.name, schema=schema):
+            missing.append(f"(the run history table {self.runs_table.name})")
         if missing:
             raise SchemaMismatch(self.table_name, missing)
 
@@ -188,3 +201,13 @@ def validate_name(name: object) -> str:
         )
     return name
 
+
+
+def refuse_reserved(name: str, what: str) -> None:
+    """``ValueError`` for a name only dbscheduler's own tasks may have (``dbscheduler.…``);
+    ``what`` says what is named (``task``, ``handler``)."""
+    if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"{what} {name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
+            "dbscheduler's built-in tasks; choose another name"
+        )

@@ -1,8 +1,9 @@
 """Finishing executions: fenced writes that hold no lock, one row never failing the others.
 
 PostgreSQL writes a whole batch in one autocommit statement (``UPDATE … FROM (VALUES …)
-RETURNING``, with ``pg_notify`` in the same statement when a peer must wake). The other
-databases send one fenced ``UPDATE`` per execution in autocommit, each with its own row count.
+RETURNING``, with the run history's rows and ``pg_notify`` in the same statement). The other
+databases send one fenced ``UPDATE`` per execution in autocommit, each with its own row count,
+right after its run row (see :mod:`dbscheduler._store.history` for why that order is safe).
 ``last_finished_at`` is the database's clock in the statement; the next due time is planned
 with the node's estimate of that clock (its monotonic clock plus the offset measured at
 every poll), so no ``SELECT now()`` precedes the write.
@@ -30,6 +31,7 @@ from ..dialects import db_now
 from ..dialects.types import UTCDateTime
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
+from .history import RunRecord, forget, insert_from, log_first, run_values
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ class FinishWrite:
     """New JSON state; ``UNSET`` keeps the stored one."""
     delete: bool = False
     """A one-off job that is done (succeeded or gave up): the fenced write deletes the row."""
+    run: RunRecord | None = None
+    """The execution's row in the run history, written with this finish when history is on."""
 
 
 def finish_batch(
@@ -90,7 +94,13 @@ def finish_batch(
                     "%d execution(s) one by one", _reason(exc), len(writes))
         writes, landed = _one_by_one(store, node_id, writes, notify, on_replaced)
     unsure = [w for w in writes if w.id not in landed]
-    return now, _not_landed(store, unsure) if unsure else []
+    stale = _not_landed(store, unsure) if unsure else []
+    first = [w.run for w in stale if w.run is not None]
+    if first and store.history and not store.dialect.update_from_values:
+        # Their run rows were written before the finish, which did not land.
+        with store.autocommit() as conn:
+            forget(store, conn, first)
+    return now, stale
 
 
 def _one_by_one(
@@ -155,6 +165,7 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
         landed: set[int] = set()
         statements = {flag: _fenced_update(store, node_id, flag) for flag in (False, True)}
         for w in writes:
+            _log_first(store, conn, node_id, w)
             count = conn.execute(
                 statements[not isinstance(w.payload, _Unset)], _params(w)
             ).rowcount
@@ -166,19 +177,36 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
 
 def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> set[int]:
     """Delete the rows of finished one-off jobs: one fenced statement each, so a job another
-    node took over meanwhile is never deleted under it."""
+    node took over meanwhile is never deleted under it (its run stays in the history)."""
     t = store.table
     landed: set[int] = set()
     with store.autocommit() as conn:
         for w in writes:
-            count = conn.execute(
-                sa.delete(t).where(t.c.id == w.id, t.c.total_attempt == w.token,
-                                   t.c.locked_by == node_id)
-            ).rowcount
+            fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
+                            t.c.locked_by == node_id)
+            if store.dialect.update_from_values and store.history and w.run is not None:
+                gone = sa.delete(t).where(fence).returning(t.c.id).cte("gone")
+                columns, values = run_values(store, w.run, w.status, w.error)
+                logged = insert_from(
+                    store, sa.select(*values).select_from(gone), columns).cte("logged")
+                count = len(conn.execute(sa.select(gone.c.id).add_cte(logged)).all())
+            else:
+                _log_first(store, conn, node_id, w)
+                count = conn.execute(sa.delete(t).where(fence)).rowcount
             _faultpoints.reached("finish")
             if count == 1:
                 landed.add(w.id)
     return landed
+
+
+def _log_first(store: Store, conn: Connection, node_id: str, w: FinishWrite) -> None:
+    """Where the run row cannot share the finish's statement, write it first, fenced."""
+    if not store.history or w.run is None:
+        return
+    t = store.table
+    log_first(store, conn, sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
+                                   t.c.locked_by == node_id), w.run, w.status, w.error)
+    _faultpoints.reached("finish_history")
 
 
 def _fenced_update(store: Store, node_id: str, with_payload: bool) -> sa.Update:
@@ -196,6 +224,8 @@ def _fenced_update(store: Store, node_id: str, with_payload: bool) -> sa.Update:
             reenqueue_attempt=t.c.reenqueue_attempt + b("w_success", type_=sa.Integer()),
             # A success keeps the last failure's text; a failure replaces it.
             last_error=sa.func.coalesce(b("w_error", type_=t.c.last_error.type), t.c.last_error),
+            last_success_at=sa.case(
+                (b("w_success", type_=sa.Integer()) == 1, db_now()), else_=t.c.last_success_at),
         )
     )
     if with_payload:
@@ -221,8 +251,10 @@ def _params(write: FinishWrite) -> dict[str, Any]:
 def _write_values(
     store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
 ) -> set[int]:
-    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``."""
-    t = store.table
+    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``, with an
+    ``INSERT`` of the run rows of exactly the rows it changed in the same statement."""
+    t, runs = store.table, store.runs_table
+    history = store.history and any(w.run is not None for w in writes)
     v, params = store.dialect.batch_rows("w", [
         sa.column("w_id", sa.BigInteger()),
         sa.column("w_token", sa.BigInteger()),
@@ -233,10 +265,20 @@ def _write_values(
         sa.column("w_error", t.c.last_error.type),
         sa.column("w_set_payload", sa.Boolean()),
         sa.column("w_payload", t.c.payload.type),
+        *([
+            sa.column("r_log", sa.Boolean()),
+            sa.column("r_name", runs.c.task_name.type),
+            sa.column("r_token", sa.BigInteger()),
+            sa.column("r_attempt", sa.Integer()),
+            sa.column("r_node", runs.c.node_id.type),
+            sa.column("r_scheduled", UTCDateTime()),
+            sa.column("r_started", UTCDateTime()),
+        ] if history else []),
     ], [
         (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
          w.error, not isinstance(w.payload, _Unset),
-         None if isinstance(w.payload, _Unset) else w.payload)
+         None if isinstance(w.payload, _Unset) else w.payload,
+         *(_run_fields(w.run) if history else ()))
         for w in writes
     ])
     update = (
@@ -252,21 +294,40 @@ def _write_values(
             reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
             last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
             payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
+            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
         )
-        .returning(t.c.id)
     )
+    if not history and not notify:
+        ids = {int(r[0]) for r in conn.execute(update.returning(t.c.id), params)}
+        _faultpoints.reached("finish")
+        return ids
+    returned: list[sa.ColumnElement[Any]] = [t.c.id]
+    if history:
+        returned += [v.c.w_status, v.c.w_error, v.c.r_log, v.c.r_name, v.c.r_token,
+                     v.c.r_attempt, v.c.r_node, v.c.r_scheduled, v.c.r_started]
+    done = update.returning(*returned).cte("finished")
+    columns: list[sa.ColumnElement[Any]] = [done.c.id]
     if notify:
         # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
         # wake them, in the same statement (identical notifications are delivered once).
-        done = update.cte("finished")
-        stmt: sa.Executable = sa.select(
-            done.c.id, sa.func.pg_notify(store.channel, "").label("notified")
-        )
-    else:
-        stmt = update
+        columns.append(sa.func.pg_notify(store.channel, "").label("notified"))
+    stmt = sa.select(*columns)
+    if history:
+        logged = insert_from(store, sa.select(
+            done.c.r_name, done.c.r_token, done.c.r_attempt, done.c.r_node, done.c.r_scheduled,
+            done.c.r_started, db_now(), done.c.w_status, done.c.w_error,
+        ).where(done.c.r_log))
+        stmt = stmt.add_cte(logged.cte("logged"))
     ids = {int(r[0]) for r in conn.execute(stmt, params)}
     _faultpoints.reached("finish")
     return ids
+
+
+def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
+    if run is None:
+        return (False, None, None, None, None, None, None)
+    return (True, run.name, run.token, run.attempt, run.node_id, run.scheduled_at,
+            run.started_at)
 
 
 def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite]:

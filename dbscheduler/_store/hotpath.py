@@ -26,6 +26,7 @@ from ..logfields import engine_log
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
+from .history import RunRecord, forget, insert_from, log_first, run_values
 from .pick import pick_rows
 from .registration import Registration, register
 from .runtime import next_due_of
@@ -72,8 +73,12 @@ class Store(StoreBase):
     >>> store.create_table(); store.poll(["report"]).next_due            # doctest: +SKIP
     """
 
-    def __init__(self, engine: Engine, table: str = "scheduled_tasks") -> None:
+    def __init__(
+        self, engine: Engine, table: str = "scheduled_tasks", *, history: bool = True
+    ) -> None:
         super().__init__(engine, table)
+        self.history = history
+        """Write a run row for every finished execution (``Scheduler(history=None)``: no)."""
         self._shape_checked = float("-inf")
         self._db_minus_mono: float | None = None
         """Database clock minus the monotonic clock, measured at every poll."""
@@ -227,21 +232,39 @@ class Store(StoreBase):
         """
         return finish_batch(self, node_id, make_writes, notify_within, on_replaced)
 
-    def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str) -> bool:
-        """Record, on a row just picked, that its previous execution was lost, and keep it."""
+    def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str,
+                    run: RunRecord | None = None) -> bool:
+        """Record, on a row just picked, that its previous execution was lost, and keep it;
+        with ``run`` (the lost execution), its ``lost`` row in the run history too."""
+        error = clean_text(error) or ""
+        fence = self._fence(node_id, id_, token)
+        update = sa.update(self.table).where(fence).values(
+            attempt=attempt,
+            last_status="lost",
+            last_error=error,
+            last_finished_at=db_now(),
+        )
         with self.autocommit() as conn:
-            kept = conn.execute(
-                sa.update(self.table)
-                .where(self._fence(node_id, id_, token))
-                .values(
-                    attempt=attempt,
-                    last_status="lost",
-                    last_error=clean_text(error),
-                    last_finished_at=db_now(),
-                )
-            ).rowcount
+            if run is None or not self.history:
+                kept = conn.execute(update).rowcount
+            elif self.dialect.update_from_values:  # one statement, as the finish
+                done = update.returning(self.table.c.id).cte("kept")
+                columns, values = run_values(self, run, "lost", error)
+                logged = insert_from(self, sa.select(*values).select_from(done), columns)
+                kept = len(conn.execute(sa.select(done.c.id).add_cte(logged.cte("logged"))).all())
+            else:
+                log_first(self, conn, fence, run, "lost", error)
+                kept = conn.execute(update).rowcount
             _faultpoints.reached("record_lost")
         return bool(kept)
+
+    def forget_runs(self, runs: Sequence[RunRecord]) -> None:
+        """Remove the run rows of executions whose finish will not be written after all
+        (shutdown gave their leases back): written before the finish where the database
+        cannot share one statement, they must not outlive it."""
+        if runs and self.history and not self.dialect.update_from_values:
+            with self.autocommit() as conn:
+                forget(self, conn, runs)
 
     def release(self, node_id: str, tokens: Mapping[int, int]) -> int:
         """Give back leases this node still holds so another node can pick them at once."""

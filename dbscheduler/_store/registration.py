@@ -1,4 +1,5 @@
-"""Registration: insert each declared task unless present, and apply a changed schedule."""
+"""Registration: insert each declared task unless present, and apply a changed schedule or
+dead-man limit."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ class Registration:
     priority: int = 0
     group: str | None = None
     requires: str | None = None
+    alert_after: float | None = None
+    """The dead-man limit in seconds (``None``: none)."""
 
 
 def register(store: StoreBase, items: Sequence[Registration]) -> None:
@@ -51,9 +54,12 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
         now = store.now(conn)
         present: dict[str, str | None] = {}
         stored_options: dict[str, str | None] = {}
-        for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule, t.c.options)):
+        limits: dict[str, float | None] = {}
+        for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule, t.c.options,
+                                        t.c.alert_after)):
             present[r.queue_name] = r.schedule
             stored_options[r.queue_name] = r.options
+            limits[r.queue_name] = r.alert_after
     first = {item.name: item.first_run(now) for item in ordered}
     missing = [item for item in ordered if item.name not in present]
     # Rows another node inserted meanwhile are checked too: the statement itself only
@@ -62,6 +68,8 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
     # Rows inserted meanwhile by a node with other options: the last registration wins.
     reoption = [i for i in ordered
                 if i.name not in present or stored_options[i.name] != i.options]
+    relimit = [i for i in ordered
+               if i.name in present and not _same_limit(limits[i.name], i.alert_after)]
     # Each statement below is idempotent on its own: autocommit where the insert needs no
     # savepoint (MySQL has no server-side bound on an idle transaction).
     writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
@@ -84,6 +92,7 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                     "priority": item.priority,
                     "task_group": item.group,
                     "requires": item.requires,
+                    "alert_after": item.alert_after,
                 }
                 for item in missing
             ])
@@ -122,5 +131,17 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                 [{"o_name": i.name, "o_options": i.options, "o_priority": i.priority,
                   "o_group": i.group, "o_requires": i.requires} for i in reoption],
             )
+        if relimit:
+            conn.execute(
+                sa.update(t).where(t.c.queue_name == b("r_name", type_=t.c.queue_name.type))
+                .values(alert_after=b("r_limit", type_=t.c.alert_after.type)),
+                [{"r_name": i.name, "r_limit": i.alert_after} for i in relimit],
+            )
         if items:
             store.notify(conn)
+
+
+def _same_limit(stored: float | None, wanted: float | None) -> bool:
+    if stored is None or wanted is None:
+        return stored is wanted
+    return abs(stored - wanted) < 1e-6

@@ -112,6 +112,8 @@ class RuntimeRow:
     priority: int = 0
     group: str | None = None
     requires: str | None = None
+    alert_after: float | None = None
+    """The dead-man limit in seconds, or ``None``."""
 
 
 def write_runtime(store: StoreBase, row: RuntimeRow) -> bool:
@@ -141,6 +143,7 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             priority=row.priority,
             task_group=row.group,
             requires=row.requires,
+            alert_after=row.alert_after,
             next_process_at=sa.case((idle, first), else_=t.c.next_process_at),
             attempt=sa.case((idle, 0), else_=t.c.attempt),
         )
@@ -154,7 +157,8 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
     with writing as conn:
         store.dialect.insert_if_absent(conn, t, {
             "queue_name": row.name, "handler": row.handler, "payload": None,
-            "data": row.data, "options": row.options, "created_at": now,
+            "data": row.data, "options": row.options, "alert_after": row.alert_after,
+            "created_at": now,
             "priority": row.priority, "task_group": row.group, "requires": row.requires,
             "next_process_at": first, "attempt": 0, "reenqueue_attempt": 0,
             "total_attempt": 0, "paused": False, "schedule": row.schedule,

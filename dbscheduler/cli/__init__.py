@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..web import cli as web_command
-from . import controls, node, runtime, schema, tasks  # noqa: F401  (the commands attach themselves to the group)
+from . import (  # noqa: F401  (the commands attach themselves to the group)
+    controls,
+    node,
+    runs,
+    runtime,
+    schema,
+    tasks,
+)
 from .group import cli
 from .node import load_scheduler
 from .render import humanize

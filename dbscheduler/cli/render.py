@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..context import TaskInfo
+from ..context import RunInfo, TaskInfo
 from .target import Target
 
 NON_TTY_WIDTH = 1000
@@ -63,6 +63,20 @@ def humanize(delta: timedelta) -> str:
     first = next(i for i, (value, _) in enumerate(units) if value)
     text = " ".join(f"{value}{unit}" for value, unit in units[first : first + 2] if value)
     return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def human_duration(value: timedelta) -> str:
+    """``"340 ms"``, ``"12.4 s"``, ``"3m 5s"``, ``"2h 10m"``, ``"1d 3h"``.
+
+    >>> human_duration(timedelta(seconds=0.3404)), human_duration(timedelta(seconds=185))
+    ('340 ms', '3m 5s')
+    """
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return humanize(value).removeprefix("in ")
 
 
 def fmt_time(value: datetime) -> str:
@@ -116,12 +130,24 @@ def _last_error(info: TaskInfo, now: datetime) -> Text:
     return text
 
 
+def _name(info: TaskInfo) -> Text:
+    text = Text(info.name)
+    if info.overdue:
+        text.append(" overdue", style="bold red")
+    if info.builtin:
+        text.append(" (built-in)", style="dim")
+    return text
+
+
 def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Table:
-    """The ``list`` table: one line per task."""
+    """The ``list`` table: one line per task, overdue ones marked."""
+    late = sum(1 for i in infos if i.overdue)
     table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
-        caption=f"{len(infos)} task(s) in {target.table}, database time {fmt_time(now)} UTC",
+        caption=f"{len(infos)} task(s) in {target.table}"
+                + (f", {late} overdue" if late else "")
+                + f", database time {fmt_time(now)} UTC",
         caption_justify="left",
     )
     table.add_column("name", style="bold", overflow="fold")
@@ -136,7 +162,7 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
     table.add_column("running on", overflow="fold")
     for info in infos:
         table.add_row(
-            Text(info.name),
+            _name(info),
             Text(info.schedule or "-"),
             handler_text(info, now),
             options_text(info),
@@ -203,6 +229,11 @@ def task_details(info: TaskInfo, now: datetime) -> Table:
         (next_label, when(info.next_process_at)),
         ("paused", Text("yes" if info.paused else "no", style="yellow" if info.paused else "")),
         ("last status", _last_status(info, now)),
+        ("last success", when(info.last_success_at)),
+        ("overdue", Text("yes", style="bold red") if info.overdue else Text("no")),
+        ("alert after", Text("-" if info.alert_after is None
+                             else human_duration(info.alert_after))),
+        ("alerted", when(info.alerted_at)),
         ("last error", _last_error(info, now)),
         ("last started", when(info.last_started_at)),
         ("last finished", when(info.last_finished_at)),
@@ -217,6 +248,32 @@ def task_details(info: TaskInfo, now: datetime) -> Table:
     for label, value in rows:
         grid.add_row(label, value)
     return grid
+
+
+def runs_table(runs: Sequence[RunInfo], now: datetime, caption: str) -> Table:
+    """The ``runs`` table: one line per finished execution, newest first."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, caption=caption,
+                  caption_justify="left")
+    table.add_column("finished (UTC)", no_wrap=True)
+    table.add_column("task", style="bold", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("attempt", justify="right")
+    table.add_column("node", overflow="fold")
+    table.add_column("token", justify="right")
+    table.add_column("error", overflow="fold")
+    for run in runs:
+        table.add_row(
+            Text(fmt_when(run.finished_at, now)),
+            Text(run.name),
+            Text(run.status, style=STATUS_STYLES.get(run.status, "")),
+            human_duration(run.duration),
+            str(run.attempt),
+            Text(run.node_id),
+            str(run.token),
+            Text(run.error or "-", style="red" if run.error else "dim"),
+        )
+    return table
 
 
 def emit_json(value: Any) -> None:

@@ -149,13 +149,15 @@ def _build(target: Target, make: Callable[[], T]) -> T:
 
 
 @contextmanager
-def opened(target: Target) -> Iterator[Client]:
-    """A :class:`Client` on ``target``, closed afterwards.
+def opened(target: Target, overdue_after: float | None = None) -> Iterator[Client]:
+    """A :class:`Client` on ``target``, closed afterwards (``overdue_after``: seconds, the
+    client's default when None).
 
     Operations never create anything (not even the embedded default's file): a typo in
     ``--url`` must not leave an empty database behind.
     """
-    client = _build(target, lambda: Client(target.url, table=target.table))
+    client = _build(target, lambda: Client(target.url, table=target.table) if overdue_after is None
+                    else Client(target.url, table=target.table, overdue_after=overdue_after))
     try:
         with translated_errors(target):
             require_table(client.engine, target)

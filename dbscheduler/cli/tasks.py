@@ -16,20 +16,36 @@ from .target import OperationFailed, database_options, opened, resolve
 
 @cli.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON array of TaskInfo objects")
+@click.option("--overdue", is_flag=True,
+              help="only the overdue tasks; exit 1 if there is any (a monitoring probe)")
+@click.option("--overdue-after", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS", help="how late an unpicked task is overdue")
 @database_options
-def list_(as_json: bool, url: str | None, table: str | None) -> None:
-    """Every task: schedule, next run, last run, attempt, paused, running on which node."""
+def list_(as_json: bool, overdue: bool, overdue_after: float, url: str | None,
+          table: str | None) -> None:
+    """Every task: schedule, next run, last run, attempt, paused, running on which node.
+
+    Overdue tasks are marked: due longer ago than --overdue-after and not picked by any
+    node, or without a success for longer than their alert_after.
+    """
     target = resolve(url, table)
-    with opened(target) as client:
+    with opened(target, overdue_after) as client:
         infos = client.tasks()
+        if overdue:
+            infos = [info for info in infos if info.overdue]
         if as_json:
             emit_json([info.to_dict() for info in infos])
-            return
-        now = client.db_now()
-    if not infos:
-        click.echo(f"no tasks in table {target.table} on {target.safe_url}")
-        return
-    render(tasks_table(infos, now, target))
+        else:
+            now = client.db_now()
+    if not as_json:
+        if overdue and not infos:
+            click.echo(f"no overdue tasks in table {target.table} on {target.safe_url}")
+        elif not infos:
+            click.echo(f"no tasks in table {target.table} on {target.safe_url}")
+        else:
+            render(tasks_table(infos, now, target))
+    if overdue and infos:
+        click.get_current_context().exit(1)
 
 
 @cli.command()
@@ -88,19 +104,19 @@ def resume(name: str, url: str | None, table: str | None) -> None:
         click.echo(f"resumed {name!r}: {_next_line(client, name)}")
 
 
-def parse_aware(value: str) -> datetime:
+def parse_aware(value: str, option: str = "--at") -> datetime:
     """An ISO 8601 date-time with an offset (``Z`` or ``+02:00``); naive is a usage error."""
     try:
         at = datetime.fromisoformat(value)
     except ValueError:
         raise click.BadParameter(
             f"{value!r} is not an ISO 8601 date-time, e.g. 2026-03-29T03:00:00Z",
-            param_hint="'--at'",
+            param_hint=f"'{option}'",
         ) from None
     if at.tzinfo is None or at.utcoffset() is None:
         raise click.BadParameter(
             f"{value!r} has no UTC offset; add one, e.g. {value}Z or {value}+02:00",
-            param_hint="'--at'",
+            param_hint=f"'{option}'",
         )
     return at
 

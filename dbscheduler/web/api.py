@@ -14,155 +14,31 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..client import Client
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
 from ..schedules import parse
+from .models import (
+    ApiError,
+    BulkBody,
+    BulkResult,
+    Cancelled,
+    Deleted,
+    Health,
+    RescheduleBody,
+    RunList,
+    ScheduleBody,
+    Task,
+    TaskList,
+    UpcomingTimes,
+)
 from .views import STATES, count_states, filter_tasks, paginate, upcoming
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "router"]
 
 logger = logging.getLogger("dbscheduler.web")
-
-
-class ApiError(BaseModel):
-    """Every error the API answers: a stable code and a sentence for people."""
-
-    error: str = Field(examples=["not_found"])
-    message: str = Field(examples=["no task named 'x' in table 'scheduled_tasks'"])
-
-
-class Task(BaseModel):
-    """A task's row, as ``dbscheduler show --json`` prints it (timestamps ISO 8601 UTC)."""
-
-    id: int
-    name: str
-    state: Any = Field(description="the task's persisted state (decoded JSON), or null")
-    created_at: datetime
-    next_process_at: datetime = Field(description="next due time; while it runs, its lease")
-    attempt: int
-    reenqueue_attempt: int
-    total_attempt: int
-    paused: bool
-    locked_by: str | None
-    heartbeat_at: datetime | None
-    last_started_at: datetime | None
-    last_finished_at: datetime | None
-    last_status: str | None
-    last_error: str | None
-    schedule: str | None
-    stop_requested: bool
-    state_error: str | None = Field(
-        default=None, description="why the stored state cannot be decoded, if it cannot")
-    raw_state: str | None = Field(
-        default=None, description="the stored state's text, when it cannot be decoded")
-    handler: str | None = Field(
-        default=None, description="the handler that runs the row (a declared task's own name)")
-    data: Any = Field(default=None, description="the row's data (decoded JSON), or null")
-    options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="the row's execution options that differ from the defaults (priority, "
-                    "group, requires, timeout, isolation, misfire, grace, jitter; durations "
-                    "in seconds)")
-    running: bool
-
-
-class TaskList(BaseModel):
-    """One page of the filtered tasks, the total for pagination, and counts by state."""
-
-    tasks: list[Task]
-    total: int = Field(description="tasks matching state and q, over all pages")
-    limit: int
-    offset: int
-    counts: dict[str, int] = Field(description="tasks in each state (all, running, paused, …)")
-    db_now: datetime = Field(description="the database clock the states were computed on")
-
-
-class UpcomingTimes(BaseModel):
-    """The next fire times of a task and what they assume."""
-
-    name: str
-    schedule: str | None
-    times: list[datetime]
-    note: str | None
-
-
-class Cancelled(BaseModel):
-    """Whether a running execution was asked to stop (false: it was not running)."""
-
-    cancelled: bool
-    task: Task
-
-
-class Deleted(BaseModel):
-    """The name of the deleted task."""
-
-    deleted: str
-
-
-class BulkFailure(BaseModel):
-    """A task a bulk operation could not change, and why."""
-
-    name: str
-    error: str
-    message: str
-
-
-class BulkResult(BaseModel):
-    """The tasks a bulk operation changed, and those it could not."""
-
-    done: list[str]
-    failed: list[BulkFailure]
-
-
-class Health(BaseModel):
-    """Whether the dashboard reaches the database and its table."""
-
-    ok: bool
-    db_now: datetime | None
-    tasks: int | None
-    reason: str | None
-
-
-class RescheduleBody(BaseModel):
-    """The new due time, ISO 8601 with an offset (``2026-03-29T03:00:00Z``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    at: AwareDatetime
-
-
-class ScheduleBody(BaseModel):
-    """A runtime task, as :meth:`Client.schedule` takes it; the schedule as stored text."""
-
-    model_config = ConfigDict(extra="forbid")
-    handler: str = Field(description="the handler that runs it (any node that has it)",
-                         examples=["send-report"])
-    schedule: str = Field(
-        description="'cron <expr> [<tz>]', 'fixed-rate <seconds>s', 'fixed-delay <seconds>s' "
-                    "or 'once <ISO 8601>' (what the task's `schedule` field shows)",
-        examples=["cron 0 8 * * 1-5 Europe/Berlin"])
-    data: Any = Field(default=None, description="JSON the handler receives as ctx.data")
-    options: dict[str, Any] = Field(default_factory=dict,
-                                    description="execution options (priority, group, …)")
-
-
-class BulkBody(BaseModel):
-    """Which tasks: ``names``, or a filter (``state`` and/or ``q``) as in the listing."""
-
-    model_config = ConfigDict(extra="forbid")
-    names: list[str] | None = Field(default=None, max_length=10_000)
-    state: Literal["running", "paused", "failing", "overdue", "idle"] | None = None
-    q: str | None = None
-
-    @model_validator(mode="after")
-    def _one_way(self) -> BulkBody:
-        if self.names is None and self.state is None and self.q is None:
-            raise ValueError("give names, or a state and/or q filter")
-        if self.names is not None and (self.state is not None or self.q is not None):
-            raise ValueError("give names or a filter (state, q), not both")
-        return self
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -186,6 +62,15 @@ _RUNNING_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 router = APIRouter(prefix="/api", tags=["tasks"], responses=ERROR_RESPONSES)
+
+RunStatus = Literal["success", "error", "lost", "cancelled", "timeout", "skipped"]
+RunStatusParam = Annotated[
+    list[RunStatus] | None, Query(description="only runs that ended so (repeatable)")]
+SinceParam = Annotated[
+    AwareDatetime | None, Query(description="finished at or after (ISO 8601 with offset)")]
+UntilParam = Annotated[
+    AwareDatetime | None, Query(description="finished before (ISO 8601 with offset)")]
+RunLimitParam = Annotated[int, Query(ge=1, le=1000)]
 
 StateParam = Annotated[
     Literal["running", "paused", "failing", "overdue", "idle"] | None,
@@ -284,6 +169,42 @@ def bulk_trigger(request: Request, body: BulkBody) -> JSONResponse:
 
 # Routes on one task: `{name:path}` takes names with slashes (sent percent-encoded); the
 # routes with a suffix come first so that `a/b/upcoming` is not read as a task named so.
+
+
+def _runs(client: Client, name: str | None, status: list[RunStatus] | None,
+          since: datetime | None, until: datetime | None, limit: int) -> JSONResponse:
+    found = client.runs(name, status=status, since=since, until=until, limit=limit)
+    return JSONResponse({"runs": [run.to_dict() for run in found], "limit": limit})
+
+
+@router.get("/runs", response_model=RunList, summary="Latest runs of all tasks")
+def list_runs(
+    request: Request,
+    status: RunStatusParam = None,
+    since: SinceParam = None,
+    until: UntilParam = None,
+    limit: RunLimitParam = 100,
+) -> JSONResponse:
+    """Finished executions of every task, newest first, filtered by status and time."""
+    return _runs(client_of(request), None, status, since, until, limit)
+
+
+@router.get("/tasks/{name:path}/runs", response_model=RunList, responses=_TASK_ERRORS,
+            summary="A task's runs")
+def task_runs(
+    request: Request,
+    name: str,
+    status: RunStatusParam = None,
+    since: SinceParam = None,
+    until: UntilParam = None,
+    limit: RunLimitParam = 100,
+) -> JSONResponse:
+    """The task's finished executions, newest first (a deleted task's runs too, until they
+    are pruned; a name without runs gives an empty list)."""
+    client = client_of(request)
+    if _suffix_was_encoded(request, "runs"):
+        return JSONResponse(_task(client, f"{name}/runs"))
+    return _runs(client, name, status, since, until, limit)
 
 
 @router.get("/tasks/{name:path}/upcoming", response_model=UpcomingTimes,

@@ -18,7 +18,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from ..context import TaskInfo
+from ..context import RunInfo, TaskInfo
+from ..table import RUN_STATUSES
 from .views import (
     STATES,
     State,
@@ -30,9 +31,12 @@ from .views import (
     upcoming,
 )
 
-__all__ = ["PAGE_SIZE", "TaskRow", "chrome", "router"]
+__all__ = ["PAGE_SIZE", "RUNS_SHOWN", "Bar", "TaskRow", "chrome", "duration_chart", "router"]
 
 PAGE_SIZE = 200
+RUNS_SHOWN = 25
+"""Runs in a task page's table; its chart shows up to :data:`CHART_RUNS`."""
+CHART_RUNS = 60
 REFRESH_MS = 4000
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -78,6 +82,38 @@ def fmt_duration(value: timedelta | None) -> str:
         return f"{minutes} min {secs} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One run in a duration chart: where its bar stands, in the SVG's units."""
+
+    run: RunInfo
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+CHART_W, CHART_H = 600.0, 120.0
+
+
+def duration_chart(runs: list[RunInfo]) -> list[Bar]:
+    """Bars for ``runs`` (newest first, as ``runs()`` returns them): the newest at the right
+    edge, one slot of :data:`CHART_RUNS` each, heights proportional to the longest."""
+    shown = list(reversed(runs))
+    if not shown:
+        return []
+    longest = max(r.duration.total_seconds() for r in shown) or 1.0
+    step = CHART_W / max(len(shown), CHART_RUNS)
+    width = max(1.0, step * 0.7)
+    first = CHART_W - len(shown) * step
+    bars = []
+    for i, run in enumerate(shown):
+        height = max(2.0, (CHART_H - 4) * run.duration.total_seconds() / longest)
+        bars.append(Bar(run, first + i * step + (step - width) / 2, CHART_H - height, width,
+                        height))
+    return bars
 
 
 def root_of(request: Request) -> str:
@@ -169,11 +205,16 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
     state_json = None
     if info.state is not None:
         state_json = json.dumps(info.state, indent=2, ensure_ascii=False, sort_keys=True)
+    runs = client.runs(info.name, limit=CHART_RUNS)
     return {
         **chrome(request),
         "now": now,
         "row": _row(request, info, now),
         "info": info,
+        "runs": runs[:RUNS_SHOWN],
+        "bars": duration_chart(runs),
+        "chart": (CHART_W, CHART_H),
+        "longest": max((r.duration for r in runs), default=None),
         "upcoming": coming,
         "state_json": state_json,
         "info_json": json.dumps(info.to_dict(), indent=2, ensure_ascii=False),
@@ -192,3 +233,30 @@ def task_page(request: Request, name: str) -> Response:
 def task_partial(request: Request, name: str) -> Response:
     """The live region of a task page."""
     return render(request, "_task_live.html", _task_context(request, name))
+
+
+def _runs_context(request: Request, status: str | None) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    status = status if status in RUN_STATUSES else None
+    return {
+        **chrome(request),
+        "now": client.db_now(),
+        "runs": client.runs(status=status, limit=PAGE_SIZE),
+        "statuses": RUN_STATUSES,
+        "status": status,
+        "page_size": PAGE_SIZE,
+        "task_url": lambda name: task_url(request, name),
+        "fmt_duration": fmt_duration,
+    }
+
+
+@router.get("/runs", name="runs_page")
+def runs_page(request: Request, status: str | None = None) -> Response:
+    """The latest runs of all tasks, filtered by status."""
+    return render(request, "runs.html", _runs_context(request, status))
+
+
+@router.get("/partials/runs", name="runs_partial")
+def runs_partial(request: Request, status: str | None = None) -> Response:
+    """The live region of the runs page."""
+    return render(request, "_runs_live.html", _runs_context(request, status))

@@ -41,7 +41,8 @@ def states_of(info: TaskInfo, now: datetime) -> set[State]:
 
     ``running`` and ``paused`` follow the row; ``failing``: the last run ended in error, was
     lost or timed out; ``overdue``: unpaused, not running and due more than
-    :data:`OVERDUE_AFTER` ago; ``idle``: none of these (waiting for its next time).
+    :data:`OVERDUE_AFTER` ago, or past its ``alert_after`` without a success
+    (:attr:`TaskInfo.overdue`); ``idle``: none of these (waiting for its next time).
     """
     out: set[State] = set()
     if info.running:
@@ -50,7 +51,8 @@ def states_of(info: TaskInfo, now: datetime) -> set[State]:
         out.add("paused")
     if info.last_status in FAILING_STATUSES:
         out.add("failing")
-    if not info.paused and not info.running and info.next_process_at < now - OVERDUE_AFTER:
+    if info.overdue or (not info.paused and not info.running
+                        and info.next_process_at < now - OVERDUE_AFTER):
         out.add("overdue")
     if not out:
         out.add("idle")

@@ -21,6 +21,7 @@ from dbscheduler import (
     TaskNotFound,
     TaskRunning,
 )
+from dbscheduler.history import PRUNE_TASK
 from tests.harness.inprocess import Node, db_now, seed
 from tests.helpers import wait_until
 
@@ -285,7 +286,7 @@ def test_delete_of_a_running_task_is_refused_unless_forced(
     # its fenced finish must not bring the row back.
     assert node.long_saw_stop.wait(3)
     node.scheduler.shutdown(timeout=5)
-    assert [i.name for i in ops.tasks()] == ["quick"]
+    assert [i.name for i in ops.tasks()] == [PRUNE_TASK, "quick"]
 
 
 # -- schema ------------------------------------------------------------------------------

@@ -47,14 +47,17 @@ class Cluster:
     nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     # -- processes -----------------------------------------------------------------------------
-    def start(self, node: str, *args: str) -> subprocess.Popen[bytes]:
-        """Start ``node`` (a restart reuses the name and appends to its log)."""
+    def start(self, node: str, *args: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``node`` (a restart reuses the name and appends to its log); ``env``: extra
+        environment variables (``DBSCHEDULER_FREEZE_AT``)."""
         log = self.workdir / f"{node}.jsonl"
         err = open(self.workdir / f"{node}.stderr", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.harness.node", "--url", self.url, "--table", self.table,
              "--node", node, "--log", str(log), *args, "--watchdog", str(self.watchdog)],
-            cwd=ROOT, stdout=err, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT, stdout=err, stderr=err,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
         self.nodes[node] = proc
         return proc

@@ -5,7 +5,8 @@ Started by :class:`tests.harness.Cluster` (conformance and chaos suites alike).
 It registers N tasks, runs until SIGTERM/SIGINT (graceful shutdown) or ``--seconds``, and
 appends one JSON line per event to ``--log``: ``start``/``end`` of every execution with the
 task, node, fencing token and wall-clock times (all nodes share this machine's clock), plus
-``finished`` (with whether the finish was written), ``lease_lost`` and ``lost_execution``.
+``finished`` (with whether the finish was written), ``lease_lost``, ``lost_execution``, and
+the lateness alerts ``overdue`` and ``recovered``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--isolated", action="append", default=[], metavar="NAME=FUNCTION",
                    help="also register task NAME running tests.harness.isolated.FUNCTION in a "
                         "child process (isolation='process')")
+    p.add_argument("--fail-while", default=None, metavar="PATH",
+                   help="executions raise while the file PATH exists")
+    p.add_argument("--fail-only", default="", metavar="PREFIX",
+                   help="with --fail-while: only tasks whose name starts with PREFIX")
+    p.add_argument("--alert-after", type=float, default=None, metavar="S",
+                   help="register every task with alert_after=S")
+    p.add_argument("--overdue-after", type=float, default=60.0, metavar="S")
+    p.add_argument("--overdue-check", type=float, default=30.0, metavar="S")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="shut down gracefully after S s, or as soon as the process that "
                         "started this node is gone (no orphans if a test run dies)")
@@ -127,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     tags = [t for t in args.tags.split(",") if t]
     scheduler = Scheduler(args.url, table=args.table, node_id=args.node,
                           max_workers=args.workers, lease=args.lease, poll_interval=args.poll,
-                          tags=tags)
+                          tags=tags, overdue_after=args.overdue_after,
+                          overdue_check=args.overdue_check)
     task_options = [(prefix, json.loads(text))
                     for prefix, text in (o.split("=", 1) for o in args.task_options)]
 
@@ -170,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
                 fenced_write(ctx)
             events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
                          stop_requested=stopped)
+            if (args.fail_while is not None and ctx.name.startswith(args.fail_only)
+                    and Path(args.fail_while).exists()):
+                raise RuntimeError(f"failing on purpose (token {ctx.total_attempt})")
             if args.state:
                 return Result.success(state={"token": ctx.total_attempt, "node": args.node})
             return None
@@ -180,16 +194,18 @@ def main(argv: list[str] | None = None) -> None:
 
     schedule = FixedDelay(args.delay) if args.delay is not None else FixedRate(args.rate)
     on_failure = LinearBackoff(args.retry) if args.retry else None
+    alert_after = None if args.alert_after is None else timedelta(seconds=args.alert_after)
     for i in range(args.tasks):
         name = f"{args.prefix}-{i}"
-        scheduler.add(name, work, schedule=schedule, on_failure=on_failure, **options_for(name))
+        scheduler.add(name, work, schedule=schedule, on_failure=on_failure,
+                      alert_after=alert_after, **options_for(name))
     for group in args.group:
         prefix, count, seconds, *flags = group.split(":")
         group_work = make_work(float(seconds), "ignore" in flags)
         for i in range(int(count)):
             name = f"{prefix}-{i}"
             scheduler.add(name, group_work, schedule=schedule, on_failure=on_failure,
-                          **options_for(name))
+                          alert_after=alert_after, **options_for(name))
     for spec in args.isolated:
         name, function = spec.split("=", 1)
         scheduler.add(name, getattr(isolated, function), schedule=schedule,
@@ -204,7 +220,15 @@ def main(argv: list[str] | None = None) -> None:
             events.write("lease_lost", task=ctx.name, token=ctx.total_attempt)
 
         def on_lost_execution(self, info: TaskInfo) -> None:
-            events.write("lost_execution", task=info.name, lost_node=info.locked_by)
+            events.write("lost_execution", task=info.name, lost_node=info.locked_by,
+                         token=info.total_attempt)
+
+        def on_overdue(self, info: TaskInfo, late_by: timedelta) -> None:
+            events.write("overdue", task=info.name, late_by=late_by.total_seconds(),
+                         last_status=info.last_status)
+
+        def on_recovered(self, info: TaskInfo) -> None:
+            events.write("recovered", task=info.name, last_status=info.last_status)
 
     scheduler.add_listener(Recorder())
     events.write("node_start", pid=os.getpid())

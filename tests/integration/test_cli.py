@@ -120,8 +120,9 @@ def test_list_and_show_render_every_column(
     assert shown.exit_code == 0, shown.output
     labels = [line.split("  ")[0] for line in shown.stdout.splitlines()]
     assert labels == ["name", "schedule", "handler", "data", "options", "status", "next run",
-                      "paused", "last status", "last error", "last started", "last finished",
-                      "heartbeat", "attempt", "runs", "state", "created", "locked by", "id"]
+                      "paused", "last status", "last success", "overdue", "alert after",
+                      "alerted", "last error", "last started", "last finished", "heartbeat",
+                      "attempt", "runs", "state", "created", "locked by", "id"]
     assert re.search(r"^status\s+idle$", shown.stdout, re.M)
     assert re.search(r"^runs\s+0 started, 0 succeeded$", shown.stdout, re.M)
     assert re.search(rf"^id\s+{info.id}$", shown.stdout, re.M)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dbscheduler import Client, FixedRate, Once
+from dbscheduler.history import PRUNE_TASK
 from tests.unit.test_cli import assert_fails, invoke
 
 
@@ -93,7 +94,9 @@ def test_sync_writes_the_declared_rows_without_starting(
     assert result.exit_code == 0, result.output
     with Client(url, table=table) as client:
         infos = client.tasks()
+        # The declared task, and dbscheduler's own pruning task that every node writes.
         assert [(i.name, i.handler, i.schedule, i.total_attempt) for i in infos] == [
+            (PRUNE_TASK, PRUNE_TASK, "fixed-rate 600s", 0),
             ("declared", "declared", "fixed-rate 3600s", 0)]
         # A runtime task written next to it is left alone by a later sync.
         client.schedule("runtime", "only-a-handler", FixedRate(60))
@@ -101,4 +104,5 @@ def test_sync_writes_the_declared_rows_without_starting(
                              Once(client.db_now()).at.replace(year=2099))
     assert invoke("sync", f"{module}:scheduler").exit_code == 0
     with Client(url, table=table) as client:
-        assert sorted(i.name for i in client.tasks()) == ["declared", "later", "runtime"]
+        assert sorted(i.name for i in client.tasks()) == [
+            PRUNE_TASK, "declared", "later", "runtime"]

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from dbscheduler import DatabaseUnreachable, FixedRate, Scheduler, SchemaMissing
 from dbscheduler.cli import cli
 from dbscheduler.dialects import dialect_for
+from dbscheduler.history import PRUNE_TASK
 from tests.conftest import backend_url
 
 SERVERS = ("postgresql", "mysql")
@@ -266,7 +267,7 @@ def test_start_waits_until_the_server_answers(
     try:
         scheduler.start(wait=20)
         assert 0.9 <= time.monotonic() - began < 10
-        assert [t.name for t in scheduler.tasks()] == ["x"]
+        assert [t.name for t in scheduler.tasks()] == [PRUNE_TASK, "x"]
         assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
     finally:
         scheduler.shutdown(timeout=5)

@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 
 from dbscheduler import Scheduler
+from dbscheduler.history import PRUNE_TASK
 from tests.conftest import EXAMPLES
 from tests.databases import drop_table, find
 from tests.helpers import wait_until
@@ -56,7 +57,7 @@ def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> N
     db = Scheduler(f"sqlite:///{tmp_path / 'dbscheduler.sqlite3'}")
     try:
         infos = {i.name: i for i in db.tasks()}
-        assert sorted(infos) == ["counter", "flaky", "heartbeat", "on-the-clock"]
+        assert sorted(infos) == ["counter", PRUNE_TASK, "flaky", "heartbeat", "on-the-clock"]
         assert infos["counter"].state == {"count": counted}
         assert infos["flaky"].last_status == "success" and infos["flaky"].total_attempt >= 2
         assert not any(i.running for i in infos.values())
@@ -115,7 +116,7 @@ def test_fastapi_lifespan_starts_and_stops_the_scheduler(
     module = load_example("fastapi_app")
     with TestClient(module.app) as client:  # runs the lifespan
         tasks = client.get("/tasks").json()
-        assert sorted(t["name"] for t in tasks) == ["purge-sessions", "refresh-rates"]
+        assert sorted(t["name"] for t in tasks) == [PRUNE_TASK, "purge-sessions", "refresh-rates"]
         assert client.get("/rates").json() == {}
         triggered = client.post("/tasks/refresh-rates/trigger")
         assert triggered.status_code == 202 and triggered.json()["name"] == "refresh-rates"

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import FixedDelay, Result, Scheduler, TaskContext
-from dbscheduler._store import FinishWrite, Registration, Store
+from dbscheduler._store import FinishWrite, Registration, RunRecord, Store
 from dbscheduler.client import Client
 from dbscheduler.dialects import create_engine, idle_transaction_timeout
 from dbscheduler.table import MAX_STATE_BYTES
@@ -119,11 +119,17 @@ def test_a_finish_whose_answer_was_lost_is_not_called_refused(
     a.register([_due_now("done")])
     (ra,) = a.pick("A", 4, LEASE, ["done"]).rows
 
+    run = RunRecord("done", ra["total_attempt"], 1, "A", ra["last_started_at"],
+                    ra["last_started_at"])
+
     def writes(at: Any) -> list[FinishWrite]:
         return [FinishWrite(ra["id"], ra["total_attempt"], "success",
-                            at + timedelta(hours=1), 0, at, payload='{"n": 1}')]
+                            at + timedelta(hours=1), 0, at, payload='{"n": 1}', run=run)]
 
-    fired = _lose_the_answer_once(a, "UPDATE")
+    # The finish statement: on PostgreSQL one statement with its run row (WITH … UPDATE …
+    # INSERT); elsewhere the run row goes first and the finish is the UPDATE after it.
+    finish = "WITH" if a.dialect.name == "postgresql" else "UPDATE"
+    fired = _lose_the_answer_once(a, finish)
     with pytest.raises(sa.exc.DBAPIError):
         a.finish("A", writes)
     assert fired
@@ -132,6 +138,9 @@ def test_a_finish_whose_answer_was_lost_is_not_called_refused(
     assert stale == []
     row = _row(a, "done")
     assert row.locked_by is None and row.last_status == "success" and row.payload == '{"n": 1}'
+    # Its run row is there, once.
+    assert [(r.token, r.status) for r in Client(engine=a.engine, table=a.table_name).runs()] == [
+        (ra["total_attempt"], "success")]
 
 
 # -- server-side bounds ----------------------------------------------------------------------

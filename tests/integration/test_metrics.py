@@ -179,14 +179,15 @@ def test_cluster_gauges_and_counts_from_the_table(
         try:
             with running(s):
                 assert started.wait(20)
+                # The five rows, and dbscheduler's own pruning task (idle, due in 10 min).
                 assert client.counts(timedelta(seconds=60)) == TaskCounts(
-                    total=5, running=1, paused=1, overdue=1, idle=2)
+                    total=6, running=1, paused=1, overdue=1, idle=3)
                 assert client.counts(timedelta(seconds=5)).overdue == 2
                 samples = parse(scrape_text(server.port))
                 assert value(samples, "dbscheduler_overdue_tasks") == 1
                 by_state = {s: value(samples, "dbscheduler_tasks", state=s)
                             for s in ("running", "paused", "overdue", "idle")}
-                assert by_state == {"running": 1, "paused": 1, "overdue": 1, "idle": 2}
+                assert by_state == {"running": 1, "paused": 1, "overdue": 1, "idle": 3}
                 release.set()
         finally:
             release.set()

@@ -165,7 +165,8 @@ def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> N
     engine = sa.create_engine(f"sqlite:///{app / 'app.db'}")
     try:
         assert set(sa.inspect(engine).get_table_names()) == {
-            "alembic_version", "scheduled_tasks", "scheduled_tasks_groups", "users"}
+            "alembic_version", "scheduled_tasks", "scheduled_tasks_groups",
+            "scheduled_tasks_runs", "users"}
         with engine.connect() as conn:
             heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
         assert HEAD in heads and len(heads) == 2
@@ -186,6 +187,7 @@ def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> N
     run(autogenerate)
     (probe,) = [p for p in versions.glob("*probe.py")]
     assert "op.drop_table('scheduled_tasks')" in probe.read_text()
+    assert "op.drop_table('scheduled_tasks_runs')" in probe.read_text()
     probe.unlink()
 
     assert source.count("target_metadata=target_metadata") == 2

@@ -136,3 +136,25 @@ def test_only_sqlite_and_only_a_scheduler_never_started(tmp_path: Path) -> None:
         scheduler.shutdown()
     with pytest.raises(ValueError, match="naive"):
         TestScheduler(_scheduler(tmp_path / "x"), now=datetime(2026, 1, 1))
+
+
+def test_the_run_history_is_written_on_the_test_clock(tmp_path: Path) -> None:
+    def report(ctx: TaskContext) -> None:
+        if ctx.total_attempt == 2:
+            raise ConnectionError("upstream down")
+
+    scheduler = _scheduler(tmp_path)
+    scheduler.add("report", report, schedule=FixedRate(600))
+    with TestScheduler(scheduler, now=START) as ts:
+        runs = ts.advance(timedelta(hours=2))
+        # Twelve runs of the user's task; dbscheduler's own pruning task (every ten minutes
+        # on a real node) is neither registered nor run here.
+        assert [r.name for r in runs] == ["report"] * 12
+        assert [t.name for t in ts.tasks()] == ["report"]
+        history = scheduler.runs("report", limit=20)
+        assert [r.started_at for r in history] == [
+            START + timedelta(minutes=10 * n) for n in range(12, 0, -1)]
+        assert [(r.status, r.error) for r in history if r.status != "success"] == [
+            ("error", "ConnectionError: upstream down")]
+        assert {r.node_id for r in history} == {"testing"}
+        assert ts.info("report").last_success_at == START + timedelta(hours=2)

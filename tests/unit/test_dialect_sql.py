@@ -29,14 +29,22 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import FixedRate
-from dbscheduler._store import FinishWrite, Registration, Store
+from dbscheduler._store import (
+    FinishWrite,
+    Registration,
+    RunRecord,
+    Store,
+    prune_beyond,
+    prune_older,
+)
+from dbscheduler._store.alerts import Late, claim, late_rows
 from dbscheduler.client import Client
 from dbscheduler.dialects import dialect_for, prepare_engine
 from dbscheduler.dialects.base import db_now, db_now_plus
 from dbscheduler.dialects.mssql import IN_LIST_LIMIT as MSSQL_IN_LIST_LIMIT
 from dbscheduler.dialects.oracle import IN_LIST_LIMIT as ORACLE_IN_LIST_LIMIT
 from dbscheduler.migrate import offline_sql
-from dbscheduler.table import COLUMNS, make_table
+from dbscheduler.table import COLUMNS, make_runs_table, make_table
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
 
@@ -49,6 +57,9 @@ NAMES = ("nightly-Report", "cleanup")
 NOW = datetime(2031, 7, 14, 12, 30, 45, 123456)
 """The database clock in the canned replies, naive UTC as both drivers return it."""
 LEASE = timedelta(seconds=30.25)
+STARTED = datetime(2031, 7, 14, 12, 30, 40, 5, tzinfo=timezone.utc)
+"""When the executions of the workout started (a run row's key holds it)."""
+RUN_COLUMNS = [c.name for c in make_runs_table(TABLE).columns]
 TIMESTAMPS = ("created_at", "next_process_at", "heartbeat_at", "last_started_at",
               "last_finished_at")
 
@@ -311,7 +322,7 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "schedule": "FixedRate(3600)", "stop_requested": 0, "claim": None,
         "prev_locked_by": None, "prev_next_process_at": None, "prev_last_started_at": None,
         "handler": name, "data": None, "options": None, "priority": 0, "task_group": None,
-        "requires": None,
+        "requires": None, "last_success_at": None, "alert_after": None, "alerted_at": None,
     }
     base.update(values)
     return tuple(base[c] for c in COLUMNS)
@@ -321,8 +332,8 @@ def _default_replies(db: FakeDB, backend: str) -> None:
     now_sql = r"SYSUTCDATETIME\(\)" if backend == "mssql" else r"FROM_TZ\("
     db.on(rf"^SELECT {now_sql}.* AS db_now_1( FROM DUAL)?$", Reply(["db_now_1"], [(NOW,)]))
     db.on(r"AS next_due", Reply(["now", "next_due", "n", "max_id"], [(NOW, NOW, 2, 8)]))
-    db.on(r"^SELECT \S+\.queue_name, \S+\.schedule, \S+\.options\s+FROM",
-          Reply(["queue_name", "schedule", "options"], []))
+    db.on(r"^SELECT \S+\.queue_name, \S+\.schedule, \S+\.options, \S+\.alert_after\s+FROM",
+          Reply(["queue_name", "schedule", "options", "alert_after"], []))
     db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
         ["queue_name", "id"], [(NAMES[0], 7), (NAMES[1], 8)]))
     db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.stop_requested",
@@ -349,15 +360,19 @@ def _workout(r: Rig) -> None:
     s.pick(NODE, 4, LEASE, NAMES)
     s.heartbeat(NODE, LEASE, {7: 12, 8: 3})
     s.finish(NODE, lambda now: [
-        FinishWrite(7, 12, "success", now + timedelta(hours=1), 0, now, payload='{"n": 2}'),
-        FinishWrite(8, 3, "error", now + timedelta(seconds=10), 1, now, error="boom"),
+        FinishWrite(7, 12, "success", now + timedelta(hours=1), 0, now, payload='{"n": 2}',
+                    run=RunRecord(NAMES[0], 12, 1, NODE, STARTED, STARTED)),
+        FinishWrite(8, 3, "error", now + timedelta(seconds=10), 1, now, error="boom",
+                    run=RunRecord(NAMES[1], 3, 1, NODE, STARTED, STARTED)),
     ])
     s.finish(NODE, lambda now: [
-        FinishWrite(9, 5, "success", now, 0, now, delete=True),  # a one-off job that is done
+        FinishWrite(9, 5, "success", now, 0, now, delete=True,  # a one-off job that is done
+                    run=RunRecord(NAMES[1], 5, 1, NODE, STARTED, STARTED)),
     ])
-    s.record_lost(NODE, 7, 12, 2, "node vanished")
+    s.record_lost(NODE, 7, 12, 2, "node vanished",
+                  RunRecord(NAMES[0], 11, 1, OTHER_NODE, STARTED, STARTED))
     s.release(NODE, {7: 12})
-    r.db.on(r"WHERE \S+\.queue_name = \S+$", Reply(list(COLUMNS), [row()]))
+    r.db.on(r"WHERE \S+\.queue_name = \S+$", Reply([*COLUMNS, "db_now_"], [(*row(), NOW)]))
     c = ops(s)
     c.trigger(NAMES[0])
     c.reschedule(NAMES[0], datetime(2032, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))))
@@ -370,11 +385,29 @@ def _workout(r: Rig) -> None:
     c.schedule_once(NAMES[1], "runtime-handler",
                     datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc), data=["boom"])
     c.unschedule(NAMES[1])
-    r.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(), row(NAMES[1], id=8)]))
+    r.db.on(r"ORDER BY \S+\.queue_name$", Reply(
+        [*COLUMNS, "db_now_"], [(*row(), NOW), (*row(NAMES[1], id=8), NOW)]))
     c.tasks()
     c.db_now()
     r.db.on(r"^SELECT count\(\*\)", Reply(["n", "r", "p", "o"], [(5, 1, 1, 1)]))
     assert c.counts(timedelta(seconds=60)).idle == 2
+    r.db.on(r"FROM scheduled_tasks_runs\s+WHERE .*ORDER BY", Reply(RUN_COLUMNS, [
+        (3, NAMES[0], 12, 1, NODE, NOW, NOW, NOW + timedelta(seconds=2), "error", "boom")]))
+    (run,) = c.runs(NAMES[0], status=["error", "lost"],
+                    since=datetime(2031, 1, 1, tzinfo=timezone.utc), limit=7)
+    assert run.duration == timedelta(seconds=2) and run.finished_at.tzinfo is not None
+    # Pruning: a batch of ids, deleted by id; the count limit's crowded tasks first.
+    r.db.on(r"^SELECT (TOP \S+ )?\S+\.id\s+FROM scheduled_tasks_runs", Reply(["id"], [(1,), (2,)]))
+    r.db.on(r"GROUP BY", Reply(["task_name"], [(NAMES[0],)]))
+    r.db.on(r"^DELETE FROM scheduled_tasks_runs WHERE \S+\.id IN", Reply(rowcount=2))
+    assert next(prune_older(s, datetime(2031, 7, 7, tzinfo=timezone.utc), batch=50)) == 2
+    assert next(prune_beyond(s, 1000, batch=50)) == 2
+    # Lateness: one query, then one conditional update per row that changes its episode.
+    r.db.on(r"UNION ALL", Reply(["id", "kind"], [(7, 0), (8, 1), (9, 2)]))
+    assert {x.kind for x in late_rows(s, timedelta(seconds=60.5))} == {
+        "overdue", "dead", "recovered"}
+    for kind in ("overdue", "dead", "recovered"):
+        assert claim(s, Late(7, kind), timedelta(seconds=60.5))  # type: ignore[arg-type]
 
 
 def _executed(db: FakeDB) -> list[Call]:
@@ -412,15 +445,13 @@ def test_every_statement_binds_its_values(rig: Rig) -> None:
 def test_no_syntax_of_other_databases(rig: Rig) -> None:
     _workout(rig)
     for text in rig.db.sql():
-        # Oracle ≥ 12c limits the pick's id subquery with FETCH FIRST (no FOR UPDATE there),
-        # and the poll's earliest row of each handler (FETCH FIRST 1 ROWS ONLY).
-        limit = r"\bLIMIT\b|\bOFFSET\b|\bFETCH NEXT\b"
-        if rig.backend == "mssql" or not (
-            re.search(r"^UPDATE .* AND \S+\.id IN \(SELECT", text, re.S)
-            or re.search(r"^SELECT .* AS now, \(SELECT min\(per_handler\.due\)", text, re.S)
-        ):
-            limit += r"|\bFETCH FIRST\b"
-        assert not re.search(limit, text), text
+        assert not re.search(r"\bLIMIT\b|\bFETCH NEXT\b", text), text
+        if re.search(r"\bOFFSET\b|\bFETCH FIRST\b", text):
+            # The servers' own row limits (SQL Server ≥ 2012, Oracle ≥ 12c): after an ORDER
+            # BY, and never next to a row lock (Oracle refuses FETCH FIRST with FOR UPDATE).
+            assert re.search(r"ORDER BY [^()]*?(\s+OFFSET \S+ ROWS)?\s+FETCH FIRST \S+ ROWS ONLY",
+                             text), text
+            assert "FOR UPDATE" not in text and "UPDLOCK" not in text, text
         assert not re.search(r"\bIF (NOT )?EXISTS\b|\bON CONFLICT\b|\bON DUPLICATE\b", text), text
         # Flags are compared with parameters, never a boolean literal (no BOOLEAN on Oracle < 23,
         # and SQL Server has no TRUE/FALSE at all).
@@ -443,7 +474,8 @@ def test_flags_reach_the_driver_as_numbers(rig: Rig) -> None:
 
 def test_results_come_back_as_aware_utc_datetimes_and_booleans(rig: Rig) -> None:
     _workout(rig)
-    rig.db.on(r"ORDER BY \S+\.queue_name$", Reply(list(COLUMNS), [row(paused=1, heartbeat_at=NOW)]))
+    rig.db.on(r"ORDER BY \S+\.queue_name$", Reply(
+        [*COLUMNS, "db_now_"], [(*row(paused=1, heartbeat_at=NOW), NOW)]))
     (info,) = ops(rig.store).tasks()
     assert info.created_at == NOW.replace(tzinfo=timezone.utc)
     assert info.heartbeat_at is not None and info.heartbeat_at.utcoffset() == timedelta(0)
@@ -555,7 +587,7 @@ def test_mssql_timestamps_are_bound_as_naive_utc(mssql: Rig) -> None:
 # -- registration ---------------------------------------------------------------------------
 def test_mssql_registration_probes_with_a_key_range_lock(mssql: Rig) -> None:
     _workout(mssql)
-    inserts = mssql.db.find(r"^INSERT INTO")
+    inserts = mssql.db.find(r"^INSERT INTO scheduled_tasks \(")
     assert len(inserts) == len(NAMES)
     sql = inserts[0].sql
     assert re.search(
@@ -654,9 +686,7 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
                        "prev_last_started_at=dbscheduler_due.last_started_at"):
         assert assignment in sql, assignment
     assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
-    assert sql.endswith("inserted.prev_last_started_at, inserted.handler, inserted.data, "
-                        "inserted.options, inserted.priority, inserted.task_group, "
-                        "inserted.requires"), sql
+    assert sql.endswith(", ".join(f"inserted.{c}" for c in COLUMNS[-6:])), sql
     assert NODE in _param_values(call) and 30.25 in _param_values(call)
     # Result: every column, processed (aware UTC, bool), with the previous values.
     assert set(picked) == set(COLUMNS)
@@ -806,8 +836,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
     # Statements end with SQL*Plus's "/" line, and identifiers fit Oracle's 128 bytes.
     # 0001: four statements; 0002: four columns, an index, the version update; 0003: three
     # columns, the handler update, an index, the version update; 0004: three columns, an
-    # index, the groups table, the version update; the COMMIT
-    assert sql.count("\n/\n") == 23
+    # index, the groups table, the version update; 0005: three columns, the last-success
+    # update, an index, the runs table and its two indexes, the version update; the COMMIT
+    assert sql.count("\n/\n") == 32
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 
@@ -823,3 +854,130 @@ def test_dialect_for_returns_the_completed_dialects() -> None:
     db = FakeDB()
     assert type(dialect_for(_engine("mssql", db))).__name__ == "MSSQLDialect"
     assert type(dialect_for(_engine("oracle", db))).__name__ == "OracleDialect"
+
+
+# -- the run history ------------------------------------------------------------------------
+def _finish_one(r: Rig, status: str = "success", error: str | None = None) -> None:
+    r.store.finish(NODE, lambda now: [FinishWrite(
+        7, 12, status, now + timedelta(hours=1), 0, now, error=error,  # type: ignore[arg-type]
+        run=RunRecord(NAMES[0], 12, 3, NODE, NOW.replace(tzinfo=timezone.utc), STARTED))])
+
+
+def test_the_run_row_is_written_first_fenced_by_the_execution(rig: Rig) -> None:
+    # No data-modifying CTE here: the run row goes first, and only while this execution
+    # still holds its row; then the fenced finish.
+    _finish_one(rig, "error", "boom")
+    sql = rig.db.sql()
+    insert = rig.db.one(r"^INSERT INTO scheduled_tasks_runs")
+    update = rig.db.one(r"^UPDATE scheduled_tasks SET .*last_finished_at=")
+    assert sql.index(insert.sql) < sql.index(update.sql)
+    text = " ".join(insert.sql.split())
+    assert text.startswith(
+        "INSERT INTO scheduled_tasks_runs (task_name, token, attempt, node_id, scheduled_at, "
+        "started_at, finished_at, status, error) SELECT "), text
+    clock = "SYSUTCDATETIME()" if rig.backend == "mssql" else "FROM_TZ(CAST(SYS_EXTRACT_UTC("
+    assert clock in text  # finished on the database's clock
+    assert re.search(r"FROM scheduled_tasks WHERE scheduled_tasks\.id = \S+ AND "
+                     r"scheduled_tasks\.total_attempt = \S+ AND scheduled_tasks\.locked_by = "
+                     r"\S+$", text), text
+    values = _param_values(insert)
+    for value in (NAMES[0], 12, 3, NODE, "error", "boom", 7):
+        assert value in values, value
+    # Every value is bound: the text is the same for every execution.
+    assert NAMES[0] not in text and "boom" not in text
+
+
+def test_a_success_leaves_the_error_out_of_its_run_row(rig: Rig) -> None:
+    _finish_one(rig)
+    insert = rig.db.one(r"^INSERT INTO scheduled_tasks_runs")
+    assert "error" not in insert.sql.split("SELECT")[0]
+    assert None not in _param_values(insert)  # no untyped NULL in the select list
+
+
+def test_a_run_row_already_there_is_settled_not_duplicated(rig: Rig) -> None:
+    # The same execution's row exists: this finish retried, or the node that took the task
+    # over already wrote it lost. It is updated (never a lost one), then the finish runs.
+    rig.db.on(r"^INSERT INTO scheduled_tasks_runs", Reply(error=_duplicate_error(rig.backend)))
+    _finish_one(rig)
+    settle = rig.db.one(r"^UPDATE scheduled_tasks_runs SET")
+    text = " ".join(settle.sql.split())
+    assert re.search(r"SET (?=.*\bstatus=)(?=.*\berror=)(?=.*\bfinished_at=).* WHERE", text), text
+    assert re.search(r"WHERE scheduled_tasks_runs\.task_name = \S+ AND "
+                     r"scheduled_tasks_runs\.token = \S+ AND scheduled_tasks_runs\.started_at = "
+                     r"\S+ AND scheduled_tasks_runs\.status != \S+$", text), text
+    assert "lost" in _param_values(settle) and STARTED.replace(tzinfo=None) in [
+        v.replace(tzinfo=None) if isinstance(v, datetime) else v for v in _param_values(settle)]
+    assert rig.db.find(r"^UPDATE scheduled_tasks SET .*last_finished_at="), "the finish ran"
+
+
+def test_a_finish_that_did_not_land_takes_its_run_row_back(rig: Rig) -> None:
+    # The fence refused the finish: another node picked the row meanwhile (token 13, and
+    # it found this node's execution running). Its run row goes, unless it became lost.
+    rig.db.on(r"^UPDATE scheduled_tasks SET .*last_finished_at=", Reply(rowcount=0))
+    rig.db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.prev_locked_by",
+              Reply(["id", "total_attempt", "locked_by", "prev_locked_by"],
+                    [(7, 13, OTHER_NODE, NODE)]))
+    _finish_one(rig)
+    delete = rig.db.one(r"^DELETE FROM scheduled_tasks_runs")
+    assert re.search(r"WHERE scheduled_tasks_runs\.task_name = \S+ AND scheduled_tasks_runs\."
+                     r"token = \S+ AND scheduled_tasks_runs\.started_at = \S+ AND "
+                     r"scheduled_tasks_runs\.status != \S+$", " ".join(delete.sql.split()))
+    assert {NAMES[0], 12, "lost"} <= set(_param_values(delete))
+
+
+def test_a_lost_execution_gets_its_row_from_the_node_that_found_it(rig: Rig) -> None:
+    rig.store.record_lost(NODE, 7, 12, 2, "node Zz1 vanished",
+                          RunRecord(NAMES[0], 11, 1, OTHER_NODE, STARTED, STARTED))
+    insert = rig.db.one(r"^INSERT INTO scheduled_tasks_runs")
+    values = _param_values(insert)
+    # The lost execution's token and node, fenced by the finder's own (newer) token.
+    assert {NAMES[0], 11, OTHER_NODE, "lost", "node Zz1 vanished", 12, NODE} <= set(values)
+    sql = rig.db.sql()
+    assert sql.index(insert.sql) < sql.index(rig.db.one(r"^UPDATE scheduled_tasks SET").sql)
+
+
+def test_runs_ddl_on_sql_server_and_oracle() -> None:
+    for dialect, name_type, stamp in (
+        ("mssql", "NVARCHAR(255) COLLATE Latin1_General_100_BIN2", "DATETIME2(6)"),
+        ("oracle", "VARCHAR2(255 CHAR)", "TIMESTAMP WITH TIME ZONE"),
+    ):
+        sql = offline_sql(dialect)
+        match = re.search(r"CREATE TABLE scheduled_tasks_runs \((.*?)\n\)", sql, re.S)
+        assert match, sql
+        body = match.group(1)
+        assert f"task_name {name_type} NOT NULL" in body
+        for column in ("scheduled_at", "started_at", "finished_at"):
+            assert re.search(rf"\b{column} {re.escape(stamp)} NOT NULL", body), (dialect, column)
+        assert "CONSTRAINT scheduled_tasks_runs_uq UNIQUE (task_name, token, started_at)" in body
+        assert ("CREATE INDEX scheduled_tasks_runs_task_idx ON scheduled_tasks_runs "
+                "(task_name, finished_at)") in sql
+        assert ("CREATE INDEX scheduled_tasks_runs_time_idx ON scheduled_tasks_runs "
+                "(finished_at)") in sql
+        assert ("CREATE INDEX scheduled_tasks_alert_idx ON scheduled_tasks "
+                "(alerted_at, alert_after)") in sql
+
+
+def test_pruning_deletes_by_id_at_most_a_batch_per_statement(rig: Rig) -> None:
+    from dbscheduler._store import PRUNE_BATCH
+
+    ids = [(i,) for i in range(PRUNE_BATCH)]
+    rig.db.on(r"^SELECT (TOP \S+ )?\S+\.id\s+FROM scheduled_tasks_runs", Reply(["id"], ids))
+    rig.db.on(r"^DELETE FROM scheduled_tasks_runs", Reply(rowcount=PRUNE_BATCH))
+    assert next(prune_older(rig.store, NOW.replace(tzinfo=timezone.utc))) == PRUNE_BATCH
+    read = rig.db.one(r"^SELECT (TOP \S+ )?\S+\.id\s+FROM scheduled_tasks_runs")
+    limit = "TOP" if rig.backend == "mssql" else "FETCH FIRST"
+    assert limit in read.sql and "ORDER BY scheduled_tasks_runs.finished_at" in read.sql
+    delete = rig.db.one(r"^DELETE FROM scheduled_tasks_runs")
+    # Within Oracle's 1,000-item IN lists and SQL Server's 2,100 parameters.
+    assert len(_param_values(delete)) == PRUNE_BATCH + 1
+
+
+def test_the_lateness_check_is_one_union_of_index_reads(rig: Rig) -> None:
+    rig.db.on(r"UNION ALL", Reply(["id", "kind"], []))
+    assert late_rows(rig.store, timedelta(seconds=90)) == []
+    call = rig.db.one(r"UNION ALL")
+    text = " ".join(call.sql.split())
+    assert text.count("UNION ALL") == 2, text
+    assert "alerted_at IS NULL" in text and "alert_after IS NOT NULL" in text
+    assert "coalesce(scheduled_tasks.last_success_at, scheduled_tasks.created_at) <" in text
+    assert -90.0 in _param_values(call)

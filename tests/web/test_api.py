@@ -19,11 +19,14 @@ from fastapi.testclient import TestClient
 
 from dbscheduler import FixedRate, Scheduler
 from dbscheduler.cli import cli
+from dbscheduler.history import PRUNE_TASK
 from dbscheduler.web import create_app
 from tests.web.conftest import ODD_NAMES, WITH_MARIADB, Node, wait_for
 
-ALL_NAMES = sorted(["nightly-report", "every-5-minutes", "cleanup", "slow", "broken",
-                    *ODD_NAMES])
+USER_NAMES = ["nightly-report", "every-5-minutes", "cleanup", "slow", "broken", *ODD_NAMES]
+ALL_NAMES = sorted([*USER_NAMES, PRUNE_TASK])
+"""Every row the node writes: its tasks and dbscheduler's own pruning task, which operators
+see in every listing like any other."""
 
 
 def path(name: str, suffix: str = "") -> str:
@@ -64,13 +67,14 @@ def test_list_is_the_cli_json_with_pagination_counts_and_filters(
     ).output
     assert listing["tasks"] == json.loads(cli_json)
     assert [t["name"] for t in listing["tasks"]] == ALL_NAMES
-    assert listing["total"] == len(ALL_NAMES)
-    assert listing["counts"] == {"all": 11, "running": 0, "paused": 0, "failing": 0,
-                                 "overdue": 0, "idle": 11}
+    assert [t["builtin"] for t in listing["tasks"]] == [n == PRUNE_TASK for n in ALL_NAMES]
+    assert listing["total"] == len(ALL_NAMES) == len(USER_NAMES) + 1
+    assert listing["counts"] == {"all": 12, "running": 0, "paused": 0, "failing": 0,
+                                 "overdue": 0, "idle": 12}
 
     page = http.get("/api/tasks", params={"limit": 3, "offset": 3}).json()
     assert [t["name"] for t in page["tasks"]] == ALL_NAMES[3:6]
-    assert (page["total"], page["limit"], page["offset"]) == (11, 3, 3)
+    assert (page["total"], page["limit"], page["offset"]) == (12, 3, 3)
 
     assert names(http.get("/api/tasks", params={"q": "REPORT"})) == [
         "nightly-report", "reports/daily/eu"]
@@ -89,8 +93,8 @@ def test_list_is_the_cli_json_with_pagination_counts_and_filters(
     idle = names(http.get("/api/tasks", params={"state": "idle", "limit": 1000}))
     assert set(idle) == set(ALL_NAMES) - {"slow", "broken", "cleanup"}
     counts = http.get("/api/tasks").json()["counts"]
-    assert counts == {"all": 12, "running": 1, "paused": 1, "failing": 1, "overdue": 1,
-                      "idle": 8}
+    assert counts == {"all": 13, "running": 1, "paused": 1, "failing": 1, "overdue": 1,
+                      "idle": 9}
 
 
 def test_one_task_and_its_next_ten_fire_times(node: Node, http: TestClient) -> None:
@@ -121,7 +125,7 @@ def test_one_task_and_its_next_ten_fire_times(node: Node, http: TestClient) -> N
 
 def test_health_answers_200_with_the_database_clock(node: Node, http: TestClient) -> None:
     body = http.get("/api/health").json()
-    assert body["ok"] is True and body["tasks"] == 11
+    assert body["ok"] is True and body["tasks"] == len(ALL_NAMES)
     assert abs(datetime.fromisoformat(body["db_now"]) - node.scheduler.client.db_now()) < \
         timedelta(seconds=5)
 
@@ -283,7 +287,7 @@ def test_a_name_ending_like_a_route_is_read_whole_when_its_slash_is_encoded(
 ) -> None:
     url, table = migrated
     scheduler = Scheduler(url, table=table)
-    for name in ("a", "a/upcoming", "b/pause"):
+    for name in ("a", "a/upcoming", "b/pause", "c/runs"):
         scheduler.add(name, lambda ctx: None, schedule=FixedRate(3600))
     scheduler.start()
     scheduler.shutdown(timeout=1)
@@ -295,7 +299,40 @@ def test_a_name_ending_like_a_route_is_read_whole_when_its_slash_is_encoded(
         assert refused.status_code == 405 and refused.json()["error"] == "method_not_allowed"
         assert not scheduler.info("b/pause").paused
         assert http.post("/api/tasks/b%2Fpause/pause").json()["paused"] is True
+        assert http.get("/api/tasks/c%2Fruns").json()["name"] == "c/runs"
+        assert http.get("/api/tasks/c%2Fruns/runs").json() == {"runs": [], "limit": 100}
     scheduler.engine.dispose()
+
+
+@WITH_MARIADB
+def test_runs_of_every_task_and_of_one_are_the_cli_json(node: Node, http: TestClient) -> None:
+    node.run_failing()
+    for name in ODD_NAMES:
+        node.scheduler.trigger(name)
+    wait_for(lambda: all(node.scheduler.runs(name) for name in ODD_NAMES), what="their runs")
+    everything = http.get("/api/runs").json()
+    assert everything == {"runs": [r.to_dict() for r in node.scheduler.runs()], "limit": 100}
+    cli_json = CliRunner().invoke(
+        cli, ["runs", "--json", "--limit", "100", "--url", node.url, "--table", node.table]
+    ).output
+    assert everything["runs"] == json.loads(cli_json)
+    failed = http.get("/api/runs", params={"status": "error"}).json()["runs"]
+    assert [(r["name"], r["error"]) for r in failed] == [
+        ("broken", "RuntimeError: upstream answered 503")]
+    two = http.get("/api/runs", params=[("status", "error"), ("status", "success"),
+                                        ("limit", "2")]).json()
+    assert [r["id"] for r in two["runs"]] == [r.id for r in node.scheduler.runs(limit=2)]
+    for name in ODD_NAMES:
+        (run,) = http.get(path(name, "/runs")).json()["runs"]
+        assert run["name"] == name and run["status"] == "success"
+    since = node.scheduler.runs("broken")[0].finished_at
+    later = http.get(path("broken", "/runs"), params={"since": since.isoformat()}).json()
+    assert [r["name"] for r in later["runs"]] == ["broken"]
+    assert http.get(path("no-such-task", "/runs")).json()["runs"] == []
+    for bad in ({"status": "failed"}, {"since": "2026-03-29T00:00:00"}, {"limit": "0"}):
+        response = http.get("/api/runs", params=bad)
+        assert response.status_code == 422, bad
+        assert response.json()["error"] == "invalid"
 
 
 def test_metrics_serves_the_process_registry(node: Node, http: TestClient) -> None:

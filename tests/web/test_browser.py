@@ -247,6 +247,24 @@ def test_the_dashboard_in_a_real_browser(node: Node, browser: Browser) -> None:
         page.goto(server.base + "tasks/broken")
         assert "upstream answered 503" in page.inner_text(".error-text")
         page.screenshot(path=SHOTS / "task-failing.png", full_page=True)
+        # Its runs: the duration chart and the table, newest first.
+        runs = ops.runs("broken", limit=60)
+        assert runs and page.locator("#runs svg rect.bar").count() == len(runs)
+        assert page.locator("#runs tbody tr").count() == min(len(runs), 25)
+        newest = page.locator("#runs tbody tr").first.inner_text()
+        assert "error" in newest and "upstream answered 503" in newest
+        assert "web-test-node" in newest
+        page.locator("#runs").screenshot(path=SHOTS / "task-runs.png")
+        # The runs of every task, filtered by status; the live refresh keeps the filter.
+        page.click('nav.nav a:text-is("Runs")')
+        page.wait_for_url("**/runs")
+        assert page.locator("table.runs tbody tr").count() == len(ops.runs(limit=200))
+        page.click('a.filter:text-is("Error")')
+        page.wait_for_url("**/runs?status=error")
+        wait_for_refresh(page)
+        failed = page.locator("table.runs tbody .task-link").all_inner_texts()
+        assert failed == [r.name for r in ops.runs(status="error", limit=200)] == ["broken"]
+        page.screenshot(path=SHOTS / "runs-desktop.png", full_page=True)
         page.goto(server.base)
         page.click('a.task-link:text-is("<script>alert(1)</script>")')
         assert page.inner_text("h1") == "<script>alert(1)</script>"

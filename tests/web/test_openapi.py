@@ -50,6 +50,7 @@ ROUTES = {
     ("/api/tasks/{name}/resume", "post"), ("/api/tasks/{name}/cancel", "post"),
     ("/api/tasks/{name}/reschedule", "post"), ("/api/tasks/{name}", "get"),
     ("/api/tasks/{name}", "put"), ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
+    ("/api/runs", "get"), ("/api/tasks/{name}/runs", "get"),
 }
 """Every route the document must list (``/metrics`` is outside ``/api``)."""
 
@@ -84,14 +85,17 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
             assert "$ref" in ok, (path, method)
             for code in ("401", "403", "422", "500", "503"):
                 assert code in op["responses"], (path, method, code)
-    for model in ("RescheduleBody", "BulkBody", "ScheduleBody", "ApiError", "Task"):
+    for model in ("RescheduleBody", "BulkBody", "ScheduleBody", "ApiError", "Task", "Run",
+                  "RunList"):
         assert model in raw["components"]["schemas"]
 
 
 def test_the_task_schema_names_every_task_info_field() -> None:
     import dataclasses
 
-    from dbscheduler import TaskInfo
-    from dbscheduler.web.api import Task
+    from dbscheduler import RunInfo, TaskInfo
+    from dbscheduler.web.models import Run, Task
 
-    assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {"running"}
+    assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {
+        "running", "builtin"}
+    assert set(Run.model_fields) == {f.name for f in dataclasses.fields(RunInfo)} | {"duration"}

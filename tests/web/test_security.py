@@ -22,6 +22,7 @@ from starlette.routing import Mount
 
 from dbscheduler import FixedRate, Scheduler
 from dbscheduler.cli import cli
+from dbscheduler.history import PRUNE_TASK
 from dbscheduler.web import Role, create_app
 from dbscheduler.web.cli import serve_app
 
@@ -104,7 +105,8 @@ def test_read_only_hides_controls_and_answers_403_to_changes(rows: Scheduler) ->
         assert response.json() == {"error": "read_only",
                                    "message": "this dashboard is read-only"}
     assert not rows.info("alpha").paused
-    assert http.get("/api/tasks").json()["total"] == 2
+    assert [t["name"] for t in http.get("/api/tasks").json()["tasks"]] == [
+        "alpha", "beta", PRUNE_TASK]
     listing, page = http.get("/").text, http.get("/tasks/alpha").text
     assert_no_controls(listing)
     assert_no_controls(page)
@@ -225,7 +227,7 @@ def test_the_fastapi_mount_example_serves_the_dashboard_with_roles(
     spec.loader.exec_module(module)
     with TestClient(module.app) as http:  # runs the lifespan: the scheduler starts
         names = [t["name"] for t in http.get("/scheduler/api/tasks").json()["tasks"]]
-        assert names == ["nightly-report", "refresh-rates"]
+        assert names == [PRUNE_TASK, "nightly-report", "refresh-rates"]
         assert "every day at 03:00 Europe/Berlin" in http.get("/scheduler/").text
         refused = http.post("/scheduler/api/tasks/refresh-rates/pause")
         assert refused.status_code == 403

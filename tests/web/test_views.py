@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dbscheduler import TaskInfo
-from dbscheduler.web.pages import fmt_duration
+from dbscheduler import RunInfo, TaskInfo
+from dbscheduler.web.pages import CHART_H, CHART_W, duration_chart, fmt_duration
 from dbscheduler.web.views import describe_schedule, filter_tasks, states_of, upcoming
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
@@ -64,6 +64,9 @@ def test_states_on_the_database_clock() -> None:
     assert states_of(late, NOW) == {"overdue"}
     assert states_of(replace(late, paused=True), NOW) == {"paused"}
     assert states_of(replace(late, last_status="error"), NOW) == {"overdue", "failing"}
+    # Or past its alert_after without a success (TaskInfo.overdue, judged by the client).
+    assert states_of(replace(IDLE, last_status="error", overdue=True), NOW) == {
+        "overdue", "failing"}
 
 
 def test_filter_by_state_and_text() -> None:
@@ -102,3 +105,19 @@ def test_upcoming_times_and_what_they_assume() -> None:
 )
 def test_durations(seconds: float, text: str) -> None:
     assert fmt_duration(timedelta(seconds=seconds)) == text
+
+
+def _run(started: datetime, seconds: float) -> RunInfo:
+    return RunInfo(1, "t", 4, 1, "n1", started, started, started + timedelta(seconds=seconds),
+                   "success", None)
+
+
+def test_the_duration_chart_puts_the_newest_on_the_right_scaled_to_the_longest() -> None:
+    runs = [_run(NOW - timedelta(minutes=i), s) for i, s in enumerate([1.0, 4.0, 2.0])]
+    bars = duration_chart(runs)  # runs() order: newest first
+    assert [b.run for b in bars] == list(reversed(runs))
+    assert [round(b.height) for b in bars] == [round((CHART_H - 4) * f) for f in (.5, 1, .25)]
+    assert all(b.y + b.height == CHART_H for b in bars)
+    assert bars[-1].x + bars[-1].width <= CHART_W and bars[0].x > CHART_W / 2  # few: right
+    assert duration_chart([]) == []
+    assert duration_chart([_run(NOW, 0.0)])[0].height >= 2  # a zero-length run stays visible

@@ -1,0 +1,246 @@
+"""The run history's SQL: the row a finish writes, reading runs back, and pruning in batches.
+
+A finish that lands has exactly one run row and a fenced-off finish none, whatever crashes in
+between. How that is made atomic depends on what the database can do in one statement:
+
+* **PostgreSQL** writes the run rows in the finish's own statement: the fenced ``UPDATE``
+  (or a one-off job's ``DELETE``) is a data-modifying CTE, and an ``INSERT … SELECT`` from it
+  adds a run row for exactly the rows it changed (:func:`insert_from`).
+* **The others** have no data-modifying CTE (MySQL, MariaDB, SQLite) or were kept on the
+  portable path (SQL Server, Oracle; see ``docs/architecture.md``). The run row is written
+  *first*, by an ``INSERT … SELECT … FROM <tasks> WHERE <fence>``: only while this execution
+  still holds its row (:func:`log_first`). Then the fenced finish. What can go wrong between
+  the two statements is settled by whoever learns of it: a crash leaves the row held by a
+  vanished node, and the node that takes it over turns that run row into the ``lost`` one it
+  writes anyway (same key: ``(task_name, token, started_at)`` is unique); a finish whose
+  fence failed removes its own run row again (:func:`forget`), unless it became ``lost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Connection
+
+from ..context import RunInfo
+from ..dialects import db_now
+from ..dialects.types import to_utc
+from ..logfields import engine_log
+
+if TYPE_CHECKING:
+    from .base import StoreBase
+
+__all__ = [
+    "PRUNE_BATCH",
+    "RUN_COLUMNS",
+    "RunRecord",
+    "forget",
+    "insert_from",
+    "log_first",
+    "prune_beyond",
+    "prune_older",
+    "run_values",
+    "select_runs",
+]
+
+log = engine_log("dbscheduler.store")
+
+PRUNE_BATCH = 1000
+"""Run rows deleted per statement: each delete is short, whatever the backlog (and 1,000 ids
+fit Oracle's longest ``IN`` list and SQL Server's parameter limit)."""
+
+RUN_COLUMNS = ("task_name", "token", "attempt", "node_id", "scheduled_at", "started_at",
+               "finished_at", "status", "error")
+"""The columns a run row is written with, in this order (its ``id`` is generated)."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The execution a run row describes; its status and error come with the finish."""
+
+    name: str
+    token: int
+    """The execution's fencing token (for a lost execution: the lost one's, not the
+    token of the node that found it)."""
+    attempt: int
+    node_id: str
+    scheduled_at: datetime
+    started_at: datetime
+    """Exactly as the row holds it: it is part of the run row's key."""
+
+
+# -- writing -------------------------------------------------------------------------------
+def insert_from(
+    store: StoreBase, source: sa.Select[Any], columns: Sequence[str] = RUN_COLUMNS
+) -> sa.Insert:
+    """PostgreSQL: ``INSERT INTO <runs> (columns) <source>``, settling a row of the same
+    execution that is already there (only a ``lost`` row is final)."""
+    runs = store.runs_table
+    stmt = pg_insert(runs).from_select(list(columns), source)
+    return stmt.on_conflict_do_update(
+        index_elements=[runs.c.task_name, runs.c.token, runs.c.started_at],
+        set_={"status": stmt.excluded.status, "error": stmt.excluded.error,
+              "finished_at": stmt.excluded.finished_at},
+        where=runs.c.status != "lost",
+    )
+
+
+def run_values(
+    store: StoreBase, run: RunRecord, status: str, error: str | None
+) -> tuple[list[str], list[sa.ColumnElement[Any]]]:
+    """The columns and bound values of ``run``'s row, finished at the database's clock now.
+
+    ``error`` is left out when there is none: an untyped NULL in a select list is something
+    drivers describe differently (the column defaults to NULL)."""
+    runs, b = store.runs_table, sa.bindparam
+    values: list[sa.ColumnElement[Any]] = [
+        b("h_name", run.name, type_=runs.c.task_name.type),
+        b("h_token", run.token, type_=sa.BigInteger()),
+        b("h_attempt", run.attempt, type_=sa.Integer()),
+        b("h_node", run.node_id, type_=runs.c.node_id.type),
+        b("h_scheduled", run.scheduled_at, type_=runs.c.scheduled_at.type),
+        b("h_started", run.started_at, type_=runs.c.started_at.type),
+        db_now(),
+        b("h_status", status, type_=runs.c.status.type),
+    ]
+    columns = list(RUN_COLUMNS)
+    if error is None:
+        columns.remove("error")
+    else:
+        values.append(b("h_error", error, type_=runs.c.error.type))
+    return columns, values
+
+
+def log_first(
+    store: StoreBase,
+    conn: Connection,
+    fence: sa.ColumnElement[bool],
+    run: RunRecord,
+    status: str,
+    error: str | None,
+) -> None:
+    """Write the run row of ``run`` if the tasks row still matches ``fence`` (the execution
+    still holds it), before its finish. A row of the same execution already there (this
+    finish retried, or a ``lost`` row) is settled instead: to ``status``, unless it is lost."""
+    runs = store.runs_table
+    columns, values = run_values(store, run, status, error)
+    try:
+        conn.execute(sa.insert(runs).from_select(
+            columns, sa.select(*values).select_from(store.table).where(fence)))
+    except sa.exc.IntegrityError:
+        conn.execute(
+            sa.update(runs)
+            .where(_key(store, run), runs.c.status != "lost")
+            .values(status=status, error=error, finished_at=db_now())
+        )
+
+
+def forget(store: StoreBase, conn: Connection, runs: Sequence[RunRecord]) -> None:
+    """Delete the run rows of executions whose finish did not land after all (written first
+    by :func:`log_first`), unless they became ``lost``: the node that took the row over owns
+    that one."""
+    table = store.runs_table
+    for run in runs:
+        conn.execute(sa.delete(table).where(_key(store, run), table.c.status != "lost"))
+
+
+def _key(store: StoreBase, run: RunRecord) -> sa.ColumnElement[bool]:
+    runs, b = store.runs_table, sa.bindparam
+    return sa.and_(
+        runs.c.task_name == b("k_name", run.name, type_=runs.c.task_name.type),
+        runs.c.token == b("k_token", run.token, type_=sa.BigInteger()),
+        runs.c.started_at == b("k_started", run.started_at, type_=runs.c.started_at.type),
+    )
+
+
+# -- reading -------------------------------------------------------------------------------
+def select_runs(
+    store: StoreBase,
+    name: str | None,
+    statuses: Sequence[str],
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+) -> list[RunInfo]:
+    """Runs newest first (by ``finished_at``), filtered; one indexed query."""
+    runs = store.runs_table
+    stmt = sa.select(runs)
+    if name is not None:
+        stmt = stmt.where(runs.c.task_name == name)
+    if statuses:
+        stmt = stmt.where(runs.c.status.in_(list(statuses)))
+    if since is not None:
+        stmt = stmt.where(runs.c.finished_at >= since)
+    if until is not None:
+        stmt = stmt.where(runs.c.finished_at < until)
+    stmt = stmt.order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(int(limit))
+    with store.read() as conn:
+        return [run_info(r._mapping) for r in conn.execute(stmt)]
+
+
+def run_info(row: Any) -> RunInfo:
+    """A run row (its columns by name) as a :class:`RunInfo`."""
+    return RunInfo(
+        id=int(row["id"]), name=row["task_name"], token=int(row["token"]),
+        attempt=int(row["attempt"]), node_id=row["node_id"],
+        scheduled_at=_utc(row["scheduled_at"]), started_at=_utc(row["started_at"]),
+        finished_at=_utc(row["finished_at"]), status=row["status"], error=row["error"],
+    )
+
+
+def _utc(value: Any) -> datetime:
+    out = to_utc(value)
+    assert out is not None
+    return out
+
+
+# -- pruning -------------------------------------------------------------------------------
+def prune_older(store: StoreBase, cutoff: datetime, batch: int = PRUNE_BATCH) -> Iterator[int]:
+    """Delete the runs that finished before ``cutoff``, oldest first, ``batch`` rows per
+    statement; yields how many each statement deleted (stop iterating to stop)."""
+    runs = store.runs_table
+    oldest = (sa.select(runs.c.id).where(runs.c.finished_at < cutoff)
+              .order_by(runs.c.finished_at).limit(int(batch)))
+    yield from _delete_batches(store, oldest, runs.c.finished_at < cutoff)
+
+
+def prune_beyond(store: StoreBase, keep: int, batch: int = PRUNE_BATCH) -> Iterator[int]:
+    """Delete each task's runs beyond its ``keep`` newest, ``batch`` rows per statement;
+    yields how many each statement deleted."""
+    runs = store.runs_table
+    with store.read() as conn:
+        crowded = [r[0] for r in conn.execute(
+            sa.select(runs.c.task_name).group_by(runs.c.task_name)
+            .having(sa.func.count() > int(keep)).order_by(runs.c.task_name))]
+    for name in crowded:
+        older = (
+            sa.select(runs.c.id).where(runs.c.task_name == name)
+            .order_by(runs.c.finished_at.desc(), runs.c.id.desc())
+            .offset(int(keep)).limit(int(batch))
+        )
+        yield from _delete_batches(store, older, runs.c.task_name == name)
+
+
+def _delete_batches(
+    store: StoreBase, ids: sa.Select[Any], still: sa.ColumnElement[bool]
+) -> Iterator[int]:
+    """Read the next ``ids`` (a plain, non-locking read), delete them by primary key in one
+    autocommit statement, and again until none is left. Two short statements per batch on
+    every database: MySQL cannot limit a subquery of the table it deletes from."""
+    runs = store.runs_table
+    while True:
+        with store.read() as conn:
+            found = [int(r[0]) for r in conn.execute(ids)]
+        if not found:
+            return
+        with store.autocommit() as conn:
+            deleted = conn.execute(
+                sa.delete(runs).where(runs.c.id.in_(found), still)).rowcount
+        if deleted == 0:  # what was read is gone already: whoever deleted it goes on
+            return
+        yield max(deleted, 0)

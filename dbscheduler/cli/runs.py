@@ -1,0 +1,51 @@
+"""``runs``: the run history, newest first."""
+
+from __future__ import annotations
+
+import click
+
+from ..table import RUN_STATUSES
+from .group import cli
+from .render import emit_json, fmt_time, render, runs_table
+from .target import database_options, opened, resolve
+from .tasks import parse_aware
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--status", type=click.Choice(RUN_STATUSES), multiple=True,
+              help="only runs that ended so (repeat for several)")
+@click.option("--since", metavar="ISO8601",
+              help="only runs finished at or after this time, with its offset "
+                   "(2026-03-29T00:00:00Z)")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True,
+              help="at most this many runs")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON array of runs")
+@database_options
+def runs(name: str | None, status: tuple[str, ...], since: str | None, limit: int,
+         as_json: bool, url: str | None, table: str | None) -> None:
+    """Finished executions, newest first: of task NAME, or of every task.
+
+    Each run: when it finished, status, duration, attempt, the node that ran it, its fencing
+    token and its error. Runs are kept as the nodes' history settings say (7 days and 1,000
+    per task by default).
+    """
+    target = resolve(url, table)
+    after = parse_aware(since, "--since") if since is not None else None
+    with opened(target) as client:
+        found = client.runs(name, status=status or None, since=after, limit=limit)
+        if as_json:
+            emit_json([run.to_dict() for run in found])
+            return
+        now = client.db_now()
+    what = f"task {name!r}" if name is not None else "any task"
+    if status:
+        what += f" with status {' or '.join(status)}"
+    if since is not None:
+        what += f" since {since}"
+    if not found:
+        click.echo(f"no runs of {what} in {target.table}_runs on {target.safe_url}")
+        return
+    more = " (the newest; --limit for more)" if len(found) == limit else ""
+    render(runs_table(found, now, f"{len(found)} run(s) of {what}{more}, database time "
+                                  f"{fmt_time(now)} UTC"))
