@@ -14,6 +14,7 @@ from ._execution import Ended, Execution, TaskDef, describe_error, truncate
 from ._faults import FaultLog
 from ._heartbeat import Heartbeat
 from ._store import FinishWrite, Store, encode_state
+from .batches import delivers_batches
 from .client import task_info
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
@@ -184,7 +185,8 @@ class Finisher:
             status, error = "error", failure
         write = FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
                             finished_at=now, error=error, payload=payload,
-                            delete=finished_for_good(ex.task, next_at))
+                            delete=finished_for_good(ex.task, next_at),
+                            keyed=delivers_batches(ex.task))
         written[(ex.id, ex.token)] = write
         return write
 

@@ -10,12 +10,14 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
+from ._batching import Batching
 from ._clock import Clock
 from ._declarations import Declarations, default_node_id, duration
 from ._execution import Ended, Execution, TaskDef, TaskFunction
@@ -43,7 +45,7 @@ log = logging.getLogger("dbscheduler")
 F = TypeVar("F", bound=TaskFunction)
 
 
-class Scheduler(Declarations, Operations):
+class Scheduler(Declarations, Operations, Batching):
     """Runs registered tasks on this node, coordinated with every other node through one table.
 
     ::
@@ -70,6 +72,9 @@ class Scheduler(Declarations, Operations):
         max_workers: task functions running at once on this node.
         lease: how long a pick holds a task without heartbeat; heartbeats every ``lease / 3``.
         poll_interval: the safety-net poll; due tasks start on time regardless.
+        http_delivery_hosts: run the built-in HTTP delivery of the queue service for
+            targets on these hosts (``"mail.internal"``, ``"10.0.0.5:8080"``,
+            ``"*.example.com"``); see :mod:`dbscheduler.http_delivery`.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class Scheduler(Declarations, Operations):
         max_workers: int = 8,
         lease: timedelta | float = timedelta(seconds=30),
         poll_interval: timedelta | float = timedelta(seconds=1),
+        http_delivery_hosts: Sequence[str] | None = None,
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -123,6 +129,10 @@ class Scheduler(Declarations, Operations):
         self._finisher: Finisher | None = None
         self._poller: Poller | None = None
         self._listener: NotifyListener | None = None
+        self.http_delivery_hosts: tuple[str, ...] = ()
+        """The hosts this node's HTTP deliveries may call (the queue service's allow-list)."""
+        if http_delivery_hosts is not None:
+            self.http_delivery_hosts = self._add_http_delivery(http_delivery_hosts)
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)

@@ -154,7 +154,7 @@ def drop_table(url: str, table: str) -> None:
     # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
     engine = sa.create_engine(url)
     try:
-        for name in (table, f"{table}_version"):
+        for name in (table, f"{table}_items", f"{table}_version"):
             sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     finally:
         engine.dispose()

@@ -20,7 +20,15 @@ from sqlalchemy.engine import Connection, Engine
 from ..dialects import Dialect, autocommits, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
-from ..table import COLUMNS, MAX_NAME_LENGTH, make_table, split_table_name
+from ..table import (
+    COLUMNS,
+    ITEM_COLUMNS,
+    MAX_NAME_LENGTH,
+    items_table_name,
+    make_items_table,
+    make_table,
+    split_table_name,
+)
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "validate_name"]
 
@@ -40,6 +48,8 @@ class StoreBase:
         self.engine = engine
         self.table_name = table
         self.table = make_table(table)
+        self.items = make_items_table(table)
+        """Where pushed batch items wait (``<table>_items``)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -67,6 +77,16 @@ class StoreBase:
         missing = [c for c in COLUMNS if c not in present]
         if missing:
             raise SchemaMismatch(self.table_name, missing)
+        items_schema, items_name = split_table_name(items_table_name(self.table_name))
+        if not inspector.has_table(items_name, schema=items_schema):
+            # An older revision: `dbscheduler migrate` adds it (the message says so).
+            raise SchemaMissing(self.table_name, self.safe_url(),
+                                items_table_name(self.table_name))
+        present = {c["name"].lower() for c in inspector.get_columns(items_name,
+                                                                    schema=items_schema)}
+        missing = [c for c in ITEM_COLUMNS if c not in present]
+        if missing:
+            raise SchemaMismatch(items_table_name(self.table_name), missing)
 
     def safe_url(self) -> str:
         """The engine's URL with its password hidden, for messages."""

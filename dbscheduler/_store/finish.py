@@ -30,6 +30,7 @@ from ..context import UNSET, Status, _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime
 from ..table import MAX_ERROR_LENGTH
+from .batches import queued_due, queued_guards
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class FinishWrite:
     """New JSON state; ``UNSET`` keeps the stored one."""
     delete: bool = False
     """A one-off job that is done (succeeded or gave up): the fenced write deletes the row."""
+    keyed: bool = False
+    """A batch key's delivery: its row is deleted only when nothing is queued for it, and
+    otherwise kept, due when the queued items say (:mod:`dbscheduler._store.batches`)."""
 
 
 def finish_batch(
@@ -173,8 +177,16 @@ def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> s
         for w in writes:
             count = conn.execute(
                 sa.delete(t).where(t.c.id == w.id, t.c.total_attempt == w.token,
-                                   t.c.locked_by == node_id)
+                                   t.c.locked_by == node_id,
+                                   *(queued_guards(store) if w.keyed else ()))
             ).rowcount
+            if w.keyed and count != 1:
+                # Items were pushed meanwhile: the key stays, due when they say.
+                count = conn.execute(
+                    _fenced_update(store, node_id, False).values(
+                        next_process_at=queued_due(store), payload=None),
+                    _params(w),
+                ).rowcount
             _faultpoints.reached("finish")
             if count == 1:
                 landed.add(w.id)
@@ -294,9 +306,9 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
         row = rows.get(w.id)
         if row is None:
             return w.delete  # a one-off job's row is gone: its fenced delete landed
-        if w.delete:
+        if w.delete and not w.keyed:
             return False
-        if row.total_attempt == w.token:
+        if row.total_attempt == w.token:  # a batch key's finish may keep its row
             return row.locked_by is None
         return bool(row.total_attempt == w.token + 1 and row.prev_locked_by is None)
 
