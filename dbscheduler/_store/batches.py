@@ -119,7 +119,8 @@ def push_item(store: StoreBase, push: Push) -> None:
 
 def _push(store: StoreBase, push: Push) -> None:
     t, items = store.table, store.items
-    item = sa.insert(items).values(
+    # inline(): the new id is not fetched back (no OUTPUT / RETURNING INTO round trip).
+    item = sa.insert(items).inline().values(
         task_name=push.name, handler=push.handler, batch_key=push.key, item=push.item,
         due_at=_ontime(push, t), moves=push.moves, pushed_at=db_now(),
     )
@@ -141,9 +142,13 @@ def _push(store: StoreBase, push: Push) -> None:
         _faultpoints.reached("push")
         if conn.execute(update).rowcount:
             return
+    with store.read() as conn:
+        now = store.now(conn)  # insert-if-absent binds values: no SQL clock in it
+    row = {**_row_values(push, t), "created_at": now,
+           "next_process_at": push.ontime if push.ontime is not None else now}
     writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
     with writing as conn:
-        store.dialect.insert_if_absent(conn, t, _row_values(push, t))
+        store.dialect.insert_if_absent(conn, t, row)
     # Whoever inserted the row (this push, or a racing one), this push's rule applies to it.
     with store.autocommit() as conn:
         conn.execute(update)
@@ -165,14 +170,16 @@ def queued_due(store: StoreBase) -> sa.ColumnElement[Any]:
     when none is left (the key is then removed by its next, empty, delivery)."""
     t, items = store.table, store.items
     first, mover, due = items.alias("first_item"), items.alias("mover"), items.alias("due_item")
+    # Each level names the key's row explicitly: two levels down, automatic correlation
+    # would read the tasks table as a FROM of its own (every key's items).
     first_id = sa.select(sa.func.min(first.c.id)).where(
-        first.c.task_name == t.c.queue_name).scalar_subquery()
+        first.c.task_name == t.c.queue_name).correlate(t).scalar_subquery()
     last_move = sa.select(sa.func.max(mover.c.id)).where(
         mover.c.task_name == t.c.queue_name,
         sa.or_(mover.c.moves == sa.bindparam("q_moves", True, type_=mover.c.moves.type),
                mover.c.id == first_id),
-    ).scalar_subquery()
-    at = sa.select(due.c.due_at).where(due.c.id == last_move).scalar_subquery()
+    ).correlate(t).scalar_subquery()
+    at = sa.select(due.c.due_at).where(due.c.id == last_move).correlate(t).scalar_subquery()
     return sa.func.coalesce(at, db_now())
 
 
