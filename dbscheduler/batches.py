@@ -344,7 +344,7 @@ def _finished(store: StoreBase, ctx: TaskContext, ids: list[int], value: Any) ->
     exactly the delivered ones, fenced by this delivery's token."""
     if isinstance(value, Result) and value.status == "error":
         return Result.error(value.message)
-    removed = _remove(store, ctx.name, ctx.total_attempt, ctx.node_id, ids)
+    removed = _remove(store, ctx.name, ctx.total_attempt, ctx.node_id, ctx.started_at, ids)
     if removed < len(ids):
         # The lease ended (another node delivers these items again), or drop() ran.
         log.warning("batch %r: delivered %d item(s) but removed %d: the lease was lost "

@@ -203,13 +203,19 @@ _CHUNK = 500
 
 
 def remove_delivered(
-    store: StoreBase, name: str, token: int, node_id: str, ids: Sequence[int]
+    store: StoreBase, name: str, token: int, node_id: str, picked_at: datetime,
+    ids: Sequence[int],
 ) -> int:
-    """Delete the delivered items ``ids``, only while the delivery ``(name, token)`` still
-    holds its lease on ``node_id``. Returns how many were deleted."""
+    """Delete the delivered items ``ids``, only while the delivery ``(name, token)`` picked at
+    ``picked_at`` still holds its lease on ``node_id``. Returns how many were deleted.
+
+    The pick time is part of the fence: a key whose row was deleted by hand and pushed to
+    again starts over at token 1, and only the pick time tells its deliveries apart."""
     t, items = store.table, store.items
     held = sa.exists(sa.select(t.c.id).where(
-        t.c.queue_name == name, t.c.total_attempt == token, t.c.locked_by == node_id))
+        t.c.queue_name == name, t.c.total_attempt == token, t.c.locked_by == node_id,
+        t.c.last_started_at == sa.bindparam("d_picked", picked_at,
+                                            type_=t.c.last_started_at.type)))
     removed = 0
     with store.autocommit() as conn:
         for start in range(0, len(ids), _CHUNK):

@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     class Recorder:
         def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
             events.write("finished", task=ctx.name, token=ctx.total_attempt,
-                         status=outcome.status, written=outcome.next_at is not None)
+                         status=outcome.status, written=outcome.next_at is not None,
+                         started=ctx.started_at.timestamp())
 
         def on_lease_lost(self, ctx: TaskContext) -> None:
             events.write("lease_lost", task=ctx.name, token=ctx.total_attempt)

@@ -17,8 +17,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import Client, GeometricBackoff, LinearBackoff, NoRetry, Result, Scheduler
-from dbscheduler import TaskContext
+from dbscheduler import (
+    Client,
+    GeometricBackoff,
+    LinearBackoff,
+    NoRetry,
+    Result,
+    Scheduler,
+    TaskContext,
+)
 from dbscheduler.table import make_items_table
 from tests.helpers import wait_until
 
@@ -245,7 +252,7 @@ def test_always_pushes_during_a_delivery_move_the_next_due_time(
     # Another key's pushes, later in push order, have no say in this key's time.
     scheduler.push("other", "x", handler="digest", ontime=soon(600), update="always")
     receiver.gate.set()
-    wait_until(lambda: not due_of(scheduler.client, "k") is None,
+    wait_until(lambda: due_of(scheduler.client, "k") is not None,
                what="the first delivery to end")
     assert due_of(scheduler.client, "k") == moved
     assert [c.items for c in receiver.wait(2)] == [[0], [1, 2, 3]]

@@ -53,7 +53,7 @@ def _workout(r: Rig) -> None:
     push(s, KEY, {"n": 2032}, handler="digest", ontime=ONTIME.timestamp())
     _items_reply(r)
     assert read_items(s, "digest/" + KEY, ONTIME) == [(3, '{"n": 1}'), (5, None)]
-    assert remove_delivered(s, "digest/" + KEY, 12, NODE, [3, 5]) == 1
+    assert remove_delivered(s, "digest/" + KEY, 12, NODE, ONTIME, [3, 5]) == 1
     s.finish(NODE, lambda now: [FinishWrite(9, 12, "success", now, 0, now, delete=True,
                                             keyed=True)])
     r.db.on(r"^SELECT DISTINCT", Reply(["task_name"], [("digest/-solo#0011223344556677",)]))
@@ -142,7 +142,7 @@ def test_a_keyed_finish_deletes_only_when_nothing_is_queued_and_else_keeps_the_k
 
 def test_a_delivery_removes_exactly_its_items_fenced_by_its_token(rig: Rig) -> None:
     ids = list(range(1, 1203))
-    remove_delivered(rig.store, "digest/k", 12, NODE, ids)
+    remove_delivered(rig.store, "digest/k", 12, NODE, ONTIME, ids)
     calls = rig.db.find(r"^DELETE FROM scheduled_tasks_items")
     assert len(calls) == 3, "chunks below SQL Server's and Oracle's parameter limits"
     for call in calls:
@@ -150,6 +150,7 @@ def test_a_delivery_removes_exactly_its_items_fenced_by_its_token(rig: Rig) -> N
         assert "EXISTS (SELECT scheduled_tasks.id FROM scheduled_tasks WHERE " \
                "scheduled_tasks.queue_name = " in sql
         assert "scheduled_tasks.total_attempt = " in sql and "locked_by = " in sql
+        assert "scheduled_tasks.last_started_at = " in sql
     sent = [v for c in calls for v in _param_values(c)]
     assert all(i in sent for i in ids) and NODE in sent and 12 in sent
 
