@@ -80,10 +80,11 @@ class Batching:
         return self.client
 
     def push(self, key: str, item: Any, *, handler: str, ontime: Any = None,
-             update: str = "always") -> None:
+             update: str = "always", data: Any = None) -> None:
         """Queue ``item`` (JSON) under ``key`` for the batch handler ``handler``, from any
         process (see :meth:`Client.push`)."""
-        self._batch_client().push(key, item, handler=handler, ontime=ontime, update=update)
+        self._batch_client().push(key, item, handler=handler, ontime=ontime, update=update,
+                                  data=data)
         self._wakeup.set()
 
     def drop(self, key: str, *, handler: str) -> int:

@@ -241,6 +241,8 @@ class BatchInfo:
 def _info(row: KeyRow) -> BatchInfo:
     r = row.row or {}
     running = r.get("locked_by") is not None
+    # While a delivery runs, the row's attempt counts it too: only finished ones failed.
+    failed = max(int(r.get("attempt") or 0) - (1 if running else 0), 0)
     data = None
     if r.get("data") is not None:
         try:
@@ -250,7 +252,7 @@ def _info(row: KeyRow) -> BatchInfo:
     return BatchInfo(
         handler=row.handler, key=row.key, name=row.name, items=row.items,
         due_at=None if running or not r else r["next_process_at"], running=running,
-        locked_by=r.get("locked_by"), attempt=int(r.get("attempt") or 0),
+        locked_by=r.get("locked_by"), attempt=failed,
         last_status=r.get("last_status"), last_error=r.get("last_error"),
         paused=bool(r.get("paused")), first_pushed_at=row.first_pushed_at,
         last_pushed_at=row.last_pushed_at, data=data,

@@ -264,7 +264,7 @@ class Client:
 
     # -- keyed delayed batches ------------------------------------------------------------
     def push(self, key: str, item: Any, *, handler: str, ontime: datetime | float | None = None,
-             update: str = "always") -> None:
+             update: str = "always", data: Any = None) -> None:
         """Queue ``item`` (JSON) under ``key``; the batch handler ``handler`` gets every
         pending item of the key in one call when the key is due.
 
@@ -272,13 +272,16 @@ class Client:
         now, on the database's clock). ``update="always"`` makes the key due at this
         ``ontime``; ``"once"`` only when the key has no pending items yet (after a failed
         delivery, the next push sets the time whatever ``update`` says). A key starting with
-        ``-`` is never merged: each push is delivered alone. Bad input raises ``ValueError``
-        naming the field; nothing is written then.
+        ``-`` is never merged: each push is delivered alone. ``data`` (JSON) is stored with the
+        key by the push that creates it and reaches every delivery of it as ``ctx.data``
+        (pushes to a pending key keep the data it has). Bad input raises ``ValueError`` naming
+        the field; nothing is written then.
 
         >>> client.push("ann@example.com", {"event": "comment"}, handler="digest",
         ...             ontime=time.time() + 600, update="once")   # doctest: +SKIP
         """
-        _batches.push(self._store, key, item, handler=handler, ontime=ontime, update=update)
+        _batches.push(self._store, key, item, handler=handler, ontime=ontime, update=update,
+                      data=data)
 
     def drop(self, key: str, *, handler: str) -> int:
         """Remove the pending items of ``key`` (every pending push of a ``-`` key); returns

@@ -171,14 +171,15 @@ class HttpTarget:
         return {"method": self.method, "url": self.url}
 
 
-def http_target(merge_key: str, method: str, service: str, allow: AllowList) -> HttpTarget:
+def http_target(merge_key: str, method: str, service: str, allow: AllowList | None
+                ) -> HttpTarget:
     """Check a queue push's path: ``ValueError`` for bad input, :class:`TargetRefused` for a
-    host off the allow-list."""
+    host off the allow-list (``None``: not checked, for a drop, which calls nobody)."""
     verb = method.upper()
     if verb not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     url = decode_service(service)
-    if not allow.allows(url):
+    if allow is not None and not allow.allows(url):
         host = urlsplit(url).netloc
         raise TargetRefused(
             f"target host {host!r} is not on the allow-list; add it with --allow-host "

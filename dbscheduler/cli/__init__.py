@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..web import cli as web_command
-from . import node, runtime, schema, tasks  # noqa: F401  (the commands attach themselves to the group)
+from . import batches, node, runtime, schema, tasks  # noqa: F401  (the commands attach themselves to the group)
 from .group import cli
 from .node import load_scheduler
 from .render import humanize
@@ -31,7 +31,8 @@ from .target import OperationFailed
 
 __all__ = ["OperationFailed", "cli", "humanize", "load_scheduler", "main"]
 
-cli.add_command(web_command.command())  # the web command lives with the web app
+cli.add_command(web_command.command())  # the web commands live with the web app
+cli.add_command(web_command.serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

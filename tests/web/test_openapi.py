@@ -49,7 +49,7 @@ def test_every_route_answers_within_its_documented_schema(
     # Driven by hand rather than with schemathesis' pytest plugin: one test, every operation,
     # a fixed budget of examples each.
     operations = [result.ok() for result in web_schema.get_all_operations()]
-    assert len(operations) == 13
+    assert len(operations) == 17
     for operation in operations:
 
         @given(case=operation.as_strategy())
@@ -73,6 +73,9 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
         ("/api/tasks/{name}/resume", "post"), ("/api/tasks/{name}/cancel", "post"),
         ("/api/tasks/{name}/reschedule", "post"), ("/api/tasks/{name}", "get"),
         ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
+        ("/api/batches", "get"), ("/api/batches/drop", "post"),
+        ("/v3/queue/{merge_key}/{method}/{service}", "post"),
+        ("/v3/queue/{merge_key}/{method}/{service}", "delete"),
     }
     for path, ops in raw["paths"].items():
         for method, op in ops.items():
@@ -80,7 +83,8 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
             assert "$ref" in ok, (path, method)
             for code in ("401", "403", "422", "500", "503"):
                 assert code in op["responses"], (path, method, code)
-    for model in ("RescheduleBody", "BulkBody", "ApiError", "Task"):
+    for model in ("RescheduleBody", "BulkBody", "ApiError", "Task", "Batch", "BatchList",
+                  "Pushed", "Dropped", "DropBody"):
         assert model in raw["components"]["schemas"]
 
 
@@ -91,3 +95,12 @@ def test_the_task_schema_names_every_task_info_field() -> None:
     from dbscheduler.web.api import Task
 
     assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {"running"}
+
+
+def test_the_batch_schema_names_every_batch_info_field() -> None:
+    import dataclasses
+
+    from dbscheduler.batches import BatchInfo
+    from dbscheduler.web.queue import Batch
+
+    assert set(Batch.model_fields) == {f.name for f in dataclasses.fields(BatchInfo)}
