@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 WINDOW = 2.0
@@ -42,8 +42,8 @@ WINDOW = 2.0
 class MailService(BaseHTTPRequestHandler):
     """``POST /mail/<user>``: the body is a JSON array of notifications, one mail per call."""
 
-    sent: list[tuple[str, list[Any]]] = []
-    lock = threading.Lock()
+    sent: ClassVar[list[tuple[str, list[Any]]]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
     def do_POST(self) -> None:
         notifications = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -12,12 +12,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from dbscheduler import LinearBackoff, Scheduler, TaskContext
 from tests.web.conftest import wait_for
 from tests.web.test_browser import SHOTS, Server, Watch, confirm, wait_for_refresh
-
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402, I001
 
 LATER = time.time() + 3600
 
