@@ -28,6 +28,8 @@ POINTS = (
     "release",
     "record_lost",
     "operation",
+    "push",
+    "delivered",
 )
 """Every point the engine reports; each is reached right after the named statement returned,
 before the code that follows it (a commit, the next statement, the Python that uses it)."""
