@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,23 +77,26 @@ class Push:
     """``data`` (JSON) of a row this push creates (the HTTP handler's target)."""
 
 
-def _ontime(push: Push, t: sa.Table) -> sa.ColumnElement[Any]:
-    if push.ontime is None:
-        return db_now()
-    return sa.bindparam("p_ontime", push.ontime, type_=t.c.next_process_at.type)
+def _bind(name: str, column: sa.Column[Any]) -> sa.BindParameter[Any]:
+    return sa.bindparam(f"p_{name}", type_=column.type)
 
 
-def _row_values(push: Push, t: sa.Table) -> dict[str, Any]:
+def _ontime(t: sa.Table, at_now: bool) -> sa.ColumnElement[Any]:
+    return db_now() if at_now else _bind("ontime", t.c.next_process_at)
+
+
+def _row_values(t: sa.Table, at_now: bool) -> dict[str, Any]:
     """The key's row as a push creates it."""
     return {
-        "queue_name": push.name, "handler": push.handler, "payload": None, "data": push.data,
-        "options": None, "created_at": db_now(), "next_process_at": _ontime(push, t),
-        "attempt": 0, "reenqueue_attempt": 0, "total_attempt": 0, "paused": False,
-        "schedule": push.schedule, "stop_requested": False,
+        "queue_name": _bind("name", t.c.queue_name), "handler": _bind("handler", t.c.handler),
+        "data": _bind("data", t.c.data), "created_at": db_now(),
+        "next_process_at": _ontime(t, at_now), "attempt": 0, "reenqueue_attempt": 0,
+        "total_attempt": 0, "paused": False, "schedule": _bind("schedule", t.c.schedule),
+        "stop_requested": False,
     }
 
 
-def _on_existing(push: Push, t: sa.Table) -> list[tuple[sa.Column[Any], Any]]:
+def _on_existing(t: sa.Table, moves: bool, at_now: bool) -> list[tuple[sa.Column[Any], Any]]:
     """What a push does to the key's row when the row exists, in the order MySQL needs
     (it evaluates single-table assignments left to right: ``attempt`` is read first).
 
@@ -101,9 +105,9 @@ def _on_existing(push: Push, t: sa.Table) -> list[tuple[sa.Column[Any], Any]]:
     Running: the due time is the lease; only the mark says items arrived.
     """
     idle = t.c.locked_by.is_(None)
-    move = idle if push.moves else sa.and_(idle, t.c.attempt > 0)
+    move = idle if moves else sa.and_(idle, t.c.attempt > 0)
     return [
-        (t.c.next_process_at, sa.case((move, _ontime(push, t)), else_=t.c.next_process_at)),
+        (t.c.next_process_at, sa.case((move, _ontime(t, at_now)), else_=t.c.next_process_at)),
         (t.c.payload, sa.case((idle, t.c.payload),
                               else_=sa.literal(ARRIVED, t.c.payload.type))),
         (t.c.attempt, sa.case((idle, sa.literal_column("0", sa.Integer())),
@@ -111,47 +115,96 @@ def _on_existing(push: Push, t: sa.Table) -> list[tuple[sa.Column[Any], Any]]:
     ]
 
 
-def push_item(store: StoreBase, push: Push) -> None:
-    """Write ``push``: one statement on PostgreSQL; elsewhere the item, then the row (an
-    update; when the key has no row, an insert-if-absent and the update again)."""
-    store.retrying("push", lambda: _push(store, push))
+@dataclass(frozen=True)
+class _Statements:
+    """A push's statements, built once per table and kind of push (values are parameters:
+    building a statement costs more than sending it)."""
+
+    item: sa.Insert
+    one: sa.Executable | None
+    """Item and row in one statement (PostgreSQL)."""
+    upsert: sa.Executable | None
+    """The row, inserted or updated in one statement (MySQL/MariaDB, SQLite)."""
+    update: sa.Update
 
 
-def _push(store: StoreBase, push: Push) -> None:
+_BUILT: weakref.WeakKeyDictionary[StoreBase, dict[tuple[bool, bool], _Statements]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _statements(store: StoreBase, moves: bool, at_now: bool) -> _Statements:
+    built = _BUILT.setdefault(store, {})
+    found = built.get((moves, at_now))
+    if found is not None:
+        return found
     t, items = store.table, store.items
     # inline(): the new id is not fetched back (no OUTPUT / RETURNING INTO round trip).
     item = sa.insert(items).inline().values(
-        task_name=push.name, handler=push.handler, batch_key=push.key, item=push.item,
-        due_at=_ontime(push, t), moves=push.moves, pushed_at=db_now(),
+        task_name=_bind("name", items.c.task_name), handler=_bind("handler", items.c.handler),
+        batch_key=_bind("key", items.c.batch_key), item=_bind("item", items.c.item),
+        due_at=_ontime(t, at_now), moves=_bind("moves", items.c.moves), pushed_at=db_now(),
     )
     one = store.dialect.push_statement(
-        item, t, _row_values(push, t), _on_existing(push, t),
+        item, t, _row_values(t, at_now), _on_existing(t, moves, at_now),
         notify=(store.channel, NOTIFY_WITHIN) if store.dialect.supports_notify else None,
     )
-    if one is not None:
-        with store.autocommit() as conn:
-            conn.execute(one)
-            _faultpoints.reached("push")
-        return
+    upsert = store.dialect.upsert_statement(t, _row_values(t, at_now),
+                                            _on_existing(t, moves, at_now))
     update = (
-        sa.update(t).where(t.c.queue_name == push.name)
-        .ordered_values(*_on_existing(push, t))
+        sa.update(t).where(t.c.queue_name == _bind("name", t.c.queue_name))
+        .ordered_values(*_on_existing(t, moves, at_now))
     )
-    with store.autocommit() as conn:
-        conn.execute(item)
+    built[(moves, at_now)] = found = _Statements(item, one, upsert, update)
+    return found
+
+
+def push_item(store: StoreBase, push: Push) -> None:
+    """Write ``push``: one statement on PostgreSQL; elsewhere the item, then the row (an
+    upsert, or an update and, when the key has no row, an insert-if-absent and the update
+    again).
+
+    Each statement is retried on its own after a deadlock: retrying the whole push after its
+    item landed would queue the item twice.
+    """
+    at_now = push.ontime is None
+    stmts = _statements(store, push.moves, at_now)
+    params = {"p_name": push.name, "p_handler": push.handler, "p_key": push.key,
+              "p_item": push.item, "p_moves": push.moves, "p_data": push.data,
+              "p_schedule": push.schedule, **({} if at_now else {"p_ontime": push.ontime})}
+
+    def run(stmt: sa.Executable) -> int:
+        def once() -> int:
+            with store.autocommit() as conn:
+                return int(conn.execute(stmt, params).rowcount)
+
+        return store.retrying("push", once)
+
+    if stmts.one is not None:
+        run(stmts.one)
         _faultpoints.reached("push")
-        if conn.execute(update).rowcount:
-            return
-    with store.read() as conn:
-        now = store.now(conn)  # insert-if-absent binds values: no SQL clock in it
-    row = {**_row_values(push, t), "created_at": now,
-           "next_process_at": push.ontime if push.ontime is not None else now}
-    writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
-    with writing as conn:
-        store.dialect.insert_if_absent(conn, t, row)
+        return
+    run(stmts.item)
+    _faultpoints.reached("push")
+    if stmts.upsert is not None:
+        run(stmts.upsert)
+        return
+    if run(stmts.update):
+        return
+    t = store.table
+    now = store.db_now()  # insert-if-absent binds values: no SQL clock in it
+    row = {"queue_name": push.name, "handler": push.handler, "data": push.data,
+           "created_at": now, "next_process_at": now if at_now else push.ontime,
+           "attempt": 0, "reenqueue_attempt": 0, "total_attempt": 0, "paused": False,
+           "schedule": push.schedule, "stop_requested": False}
+
+    def insert() -> None:
+        writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
+        with writing as conn:
+            store.dialect.insert_if_absent(conn, t, row)
+
+    store.retrying("push", insert)
     # Whoever inserted the row (this push, or a racing one), this push's rule applies to it.
-    with store.autocommit() as conn:
-        conn.execute(update)
+    run(stmts.update)
 
 
 def queued_guards(store: StoreBase) -> list[sa.ColumnElement[bool]]:

@@ -199,6 +199,17 @@ class Dialect:
         statements one by one (see :mod:`dbscheduler._store.batches`)."""
         return None
 
+    def upsert_statement(
+        self,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+    ) -> sa.Executable | None:
+        """Insert ``row`` or, when its ``queue_name`` is taken, apply ``on_existing`` (in
+        that order) to the row that has it, as one statement; ``None`` where the backend has
+        no such statement (an update, then an insert-if-absent and the update again)."""
+        return None
+
     # -- filters -------------------------------------------------------------------------
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         """``column IN names``, built so that thousands of names are still one parameter."""
