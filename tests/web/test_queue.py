@@ -278,3 +278,42 @@ def test_a_scheduler_given_to_create_app_lends_it_its_allow_list(
         assert http.post("/api/batches/drop", json={"handler": "dbscheduler.http",
                                                      "key": key}).json()["dropped"] == 1
     node.engine.dispose()
+
+
+def test_the_queue_obeys_read_only_auth_and_the_cross_site_check(
+    migrated: tuple[str, str], receiver: Receiver
+) -> None:
+    url, table = migrated
+    path = queue_path("k", receiver.base + "/x")
+    hosts = ["127.0.0.1"]
+    with TestClient(create_app(url, table=table, read_only=True,
+                               http_delivery_hosts=hosts)) as http:
+        answer = http.post(path, params={"ontime": 0}, json=1)
+        assert (answer.status_code, answer.json()["error"]) == (403, "read_only")
+        assert http.delete(path).status_code == 403
+    with TestClient(create_app(url, table=table, auth=lambda request: None,
+                               http_delivery_hosts=hosts)) as http:
+        answer = http.post(path, params={"ontime": 0}, json=1)
+        assert (answer.status_code, answer.json()["error"]) == (401, "unauthorized")
+    with TestClient(create_app(url, table=table, http_delivery_hosts=hosts)) as http:
+        answer = http.post(path, params={"ontime": 0}, json=1,
+                           headers={"Origin": "https://evil.example"})
+        assert (answer.status_code, answer.json()["error"]) == (403, "cross_site")
+        assert http.get("/api/batches").json()["batches"] == []
+        # Routes of the service that do not exist answer JSON too.
+        missing = http.get("/v3/queue/k")
+        assert missing.status_code in (404, 405) and "error" in missing.json()
+
+
+def test_serve_and_web_check_their_allow_list_and_address() -> None:
+    from click.testing import CliRunner
+
+    from dbscheduler.cli import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["serve"])
+    assert result.exit_code == 2 and "--allow-host" in result.output
+    result = runner.invoke(cli, ["serve", "--allow-host", "h", "--host", "0.0.0.0"])
+    assert result.exit_code == 2 and "refusing to serve on 0.0.0.0" in result.output
+    result = runner.invoke(cli, ["serve", "--allow-host", "http://h/x"])
+    assert result.exit_code == 2 and "not a URL" in result.output
