@@ -96,16 +96,35 @@ def _row_values(t: sa.Table, at_now: bool) -> dict[str, Any]:
     }
 
 
-def _on_existing(t: sa.Table, moves: bool, at_now: bool) -> list[tuple[sa.Column[Any], Any]]:
+def _on_existing(store: StoreBase, moves: bool, at_now: bool, *, own_item_seen: bool = True
+                 ) -> list[tuple[sa.Column[Any], Any]]:
     """What a push does to the key's row when the row exists, in the order MySQL needs
     (it evaluates single-table assignments left to right: ``attempt`` is read first).
 
-    Idle: ``always`` moves the due time; ``once`` moves it only when the last delivery failed
-    (``attempt > 0``: the overwrite rule), and either way that failure is then answered.
-    Running: the due time is the lease; only the mark says items arrived.
+    Idle: ``always`` moves the due time; ``once`` moves it only for a new batch (no item of
+    the key but this push's: the row outlived its items, after a ``drop``) or when the last
+    delivery failed (``attempt > 0``: the overwrite rule), and either way that failure is
+    then answered. Running: the due time is the lease; only the mark says items arrived.
+    ``own_item_seen``: the statement sees the item this push inserted before it (not so in
+    PostgreSQL's one statement, whose parts share one snapshot).
     """
+    t, items = store.table, store.items
     idle = t.c.locked_by.is_(None)
-    move = idle if moves else sa.and_(idle, t.c.attempt > 0)
+    if moves:
+        move: sa.ColumnElement[bool] = idle
+    else:
+        lowest, highest = items.alias("lowest"), items.alias("highest")
+        if own_item_seen:  # min(id) = max(id): this push's item is the key's only one
+            lone = (sa.select(sa.func.min(lowest.c.id))
+                    .where(lowest.c.task_name == t.c.queue_name).correlate(t)
+                    .scalar_subquery()
+                    == sa.select(sa.func.max(highest.c.id))
+                    .where(highest.c.task_name == t.c.queue_name).correlate(t)
+                    .scalar_subquery())
+        else:
+            lone = ~sa.exists(sa.select(lowest.c.id).where(
+                lowest.c.task_name == t.c.queue_name).correlate(t))
+        move = sa.and_(idle, sa.or_(t.c.attempt > 0, lone))
     return [
         (t.c.next_process_at, sa.case((move, _ontime(t, at_now)), else_=t.c.next_process_at)),
         (t.c.payload, sa.case((idle, t.c.payload),
@@ -145,14 +164,15 @@ def _statements(store: StoreBase, moves: bool, at_now: bool) -> _Statements:
         due_at=_ontime(t, at_now), moves=_bind("moves", items.c.moves), pushed_at=db_now(),
     )
     one = store.dialect.push_statement(
-        item, t, _row_values(t, at_now), _on_existing(t, moves, at_now),
+        item, t, _row_values(t, at_now),
+        _on_existing(store, moves, at_now, own_item_seen=False),
         notify=(store.channel, NOTIFY_WITHIN) if store.dialect.supports_notify else None,
     )
     upsert = store.dialect.upsert_statement(t, _row_values(t, at_now),
-                                            _on_existing(t, moves, at_now))
+                                            _on_existing(store, moves, at_now))
     update = (
         sa.update(t).where(t.c.queue_name == _bind("name", t.c.queue_name))
-        .ordered_values(*_on_existing(t, moves, at_now))
+        .ordered_values(*_on_existing(store, moves, at_now))
     )
     built[(moves, at_now)] = found = _Statements(item, one, upsert, update)
     return found

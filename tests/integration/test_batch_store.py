@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from dbscheduler._store import FinishWrite, Store
 from dbscheduler._store.batches import ARRIVED, read_items, remove_delivered
-from dbscheduler.batches import push
+from dbscheduler.batches import drop, push
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 
@@ -113,3 +113,19 @@ def test_a_finish_keeps_the_key_for_items_pushed_meanwhile_due_when_they_say(
     with store.read() as conn:
         kept = conn.execute(sa.select(t).where(t.c.queue_name == "digest/k")).one()
     assert (kept.locked_by, kept.next_process_at, kept.payload) == (None, moved, None)
+
+
+def test_once_starts_a_new_batch_on_a_row_that_outlived_its_items(store: Store) -> None:
+    # After a drop, the key's idle row waits (due now) for its empty delivery: a "once" push
+    # meanwhile is the first item of a new batch and sets the time.
+    early = store.db_now() + timedelta(hours=1)
+    push(store, "k", 1, handler="digest", ontime=early, update="once")
+    assert drop(store, "k", handler="digest") == 1
+    later = store.db_now() + timedelta(hours=2)
+    push(store, "k", 2, handler="digest", ontime=later, update="once")
+    t = store.table
+    with store.read() as conn:
+        assert conn.execute(sa.select(t.c.next_process_at)).scalar_one() == later
+    push(store, "k", 3, handler="digest", ontime=early, update="once")  # joins it
+    with store.read() as conn:
+        assert conn.execute(sa.select(t.c.next_process_at)).scalar_one() == later

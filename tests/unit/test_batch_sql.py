@@ -100,12 +100,15 @@ def test_a_push_writes_the_item_then_updates_or_creates_the_key(rig: Rig) -> Non
     assert kinds == ["INSERT INTO scheduled_tasks_items", "UPDATE scheduled_tasks SET",
                      "INSERT INTO scheduled_tasks", "UPDATE scheduled_tasks SET"], sql
     update = " ".join(sql[1].split())
-    # Idle: "once" moves the time only after a failed delivery; running: only the mark.
+    # Idle: "once" moves the time only after a failed delivery or for a new batch (this
+    # push's item is the key's only one); running: only the mark.
     assert re.search(r"next_process_at=CASE WHEN \(scheduled_tasks.locked_by IS NULL AND "
-                     r"scheduled_tasks.attempt > \S+\) THEN \S+ ELSE "
+                     r"\(scheduled_tasks.attempt > \S+ OR \(SELECT min\(lowest.id\) .*\) = "
+                     r"\(SELECT max\(highest.id\) .*\)\)\) THEN \S+ ELSE "
                      r"scheduled_tasks.next_process_at END, payload=CASE WHEN "
                      r"\(?scheduled_tasks.locked_by IS NULL\)? THEN scheduled_tasks.payload "
                      r"ELSE \S+ END, attempt=CASE", update), update
+    assert "lowest.task_name = scheduled_tasks.queue_name" in update
     # The key's row is inserted only where its name is absent.
     assert "NOT (EXISTS (SELECT" in " ".join(sql[2].split())
 
