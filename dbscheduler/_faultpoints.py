@@ -31,6 +31,8 @@ POINTS = (
     "record_lost",
     "operation",
     "alert",
+    "push",
+    "delivered",
 )
 """Every point the engine reports; each is reached right after the named statement returned,
 before the code that follows it (a commit, the next statement, the Python that uses it).

@@ -14,6 +14,7 @@ from ._faults import FaultLog
 from ._heartbeat import Heartbeat
 from ._store import FinishWrite, RunRecord, Store, encode_state
 from ._taskinfo import task_info
+from .batches import delivers_batches
 from .context import UNSET, Status, TaskContext, _Unset
 from .listeners import Listeners, Outcome
 from .logfields import about, engine_log, engine_thread
@@ -187,7 +188,8 @@ class Finisher:
         write = FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
                             finished_at=now, error=error, payload=payload,
                             delete=finished_for_good(ex.task, next_at),
-                            run=run_record(ex, self._node_id))
+                            run=run_record(ex, self._node_id),
+                            keyed=delivers_batches(ex.task))
         written[(ex.id, ex.token)] = write
         return write
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from . import _faultpoints
+from . import batches as _batches
 from ._durations import duration
 from ._store import (
     StoreBase,
@@ -27,6 +28,7 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.controls import GroupInfo, group_infos, set_group_limit
 from ._taskinfo import task_info
+from .batches import BatchInfo
 from .context import RunInfo, TaskInfo
 from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
@@ -337,6 +339,45 @@ class Client:
         except TaskNotFound:
             return False
         return True
+
+    # -- keyed delayed batches ------------------------------------------------------------
+    def push(self, key: str, item: Any, *, handler: str, ontime: datetime | float | None = None,
+             update: str = "always", data: Any = None) -> None:
+        """Queue ``item`` (JSON) under ``key``; the batch handler ``handler`` gets every
+        pending item of the key in one call when the key is due.
+
+        ``ontime``: when the key should be due, an aware datetime or Unix seconds (default:
+        now, on the database's clock). ``update="always"`` makes the key due at this
+        ``ontime``; ``"once"`` only when the key has no pending items yet (after a failed
+        delivery, the next push sets the time whatever ``update`` says). A key starting with
+        ``-`` is never merged: each push is delivered alone. ``data`` (JSON) is stored with the
+        key by the push that creates it and reaches every delivery of it as ``ctx.data``
+        (pushes to a pending key keep the data it has). Bad input raises ``ValueError`` naming
+        the field; nothing is written then.
+
+        >>> client.push("ann@example.com", {"event": "comment"}, handler="digest",
+        ...             ontime=time.time() + 600, update="once")   # doctest: +SKIP
+        """
+        _batches.push(self._store, key, item, handler=handler, ontime=ontime, update=update,
+                      data=data)
+
+    def drop(self, key: str, *, handler: str) -> int:
+        """Remove the pending items of ``key`` (every pending push of a ``-`` key); returns
+        how many. A delivery already running ends as usual.
+
+        >>> client.drop("ann@example.com", handler="digest")   # doctest: +SKIP
+        3
+        """
+        return _batches.drop(self._store, key, handler=handler)
+
+    def batches(self, handler: str | None = None) -> list[BatchInfo]:
+        """Every key with pending items (of ``handler``), soonest due first, as
+        :class:`~dbscheduler.batches.BatchInfo`.
+
+        >>> [(b.key, b.items) for b in client.batches("digest")]   # doctest: +SKIP
+        [('ann@example.com', 3)]
+        """
+        return _batches.list_batches(self._store, handler)
 
     # -- helpers -------------------------------------------------------------------------
     def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:

@@ -40,9 +40,10 @@ class TaskRunning(SchedulerError):
 class SchemaMissing(SchedulerError):
     """The scheduler table does not exist: run ``dbscheduler migrate`` against the database."""
 
-    def __init__(self, table: str, url: str) -> None:
+    def __init__(self, table: str, url: str, part: str | None = None) -> None:
+        what = f"table {table!r}" if part is None else f"table {part!r} (of {table!r})"
         super().__init__(
-            f"table {table!r} does not exist in {url}; create it with "
+            f"{what} does not exist in {url}; create it with "
             f"`dbscheduler migrate --url '{url}' --table {table}` (or your own Alembic, "
             "see the README)"
         )

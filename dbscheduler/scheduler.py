@@ -10,13 +10,14 @@ import signal
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
+from ._batching import Batching
 from ._clock import Clock
 from ._declarations import Declarations, default_node_id
 from ._durations import duration
@@ -50,7 +51,7 @@ log = engine_log("dbscheduler")
 F = TypeVar("F", bound=TaskFunction)
 
 
-class Scheduler(Declarations, Operations):
+class Scheduler(Declarations, Operations, Batching):
     """Runs registered tasks on this node, coordinated with every other node through one table.
 
     ::
@@ -85,6 +86,9 @@ class Scheduler(Declarations, Operations):
         overdue_after: a task due longer ago than this that no node picked is late
             (listeners get ``on_overdue`` on one node of the cluster).
         overdue_check: how often this node looks for late tasks (one query); ``None``: never.
+        http_delivery_hosts: run the built-in HTTP delivery of the queue service for
+            targets on these hosts (``"mail.internal"``, ``"10.0.0.5:8080"``,
+            ``"*.example.com"``); see :mod:`dbscheduler.http_delivery`.
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class Scheduler(Declarations, Operations):
         history_per_task: int | None = 1000,
         overdue_after: timedelta | float = timedelta(seconds=60),
         overdue_check: timedelta | float | None = timedelta(seconds=30),
+        http_delivery_hosts: Sequence[str] | None = None,
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -153,6 +158,10 @@ class Scheduler(Declarations, Operations):
         self._poller: Poller | None = None
         self._listener: NotifyListener | None = None
         self._alerts: AlertWatch | None = None
+        self.http_delivery_hosts: tuple[str, ...] = ()
+        """The hosts this node's HTTP deliveries may call (the queue service's allow-list)."""
+        if http_delivery_hosts is not None:
+            self.http_delivery_hosts = self._add_http_delivery(http_delivery_hosts)
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)

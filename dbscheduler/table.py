@@ -28,6 +28,7 @@ from .dialects.types import (
 __all__ = [
     "COLUMNS",
     "DEFAULT_TABLE",
+    "ITEM_COLUMNS",
     "MAX_ERROR_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_STATE_BYTES",
@@ -35,7 +36,9 @@ __all__ = [
     "RUN_STATUSES",
     "control_columns",
     "groups_table_name",
+    "items_table_name",
     "make_groups_table",
+    "make_items_table",
     "make_runs_table",
     "make_table",
     "runs_table_name",
@@ -59,7 +62,10 @@ MAX_DATA_BYTES = MAX_STATE_BYTES
 MAX_OPTIONS_LENGTH = 2000
 """Longest ``options`` JSON text (execution options stored with a row)."""
 
-REVISION = 5
+MAX_ITEM_BYTES = MAX_STATE_BYTES
+"""Largest batch item (``push``), in bytes of UTF-8 JSON."""
+
+REVISION = 6
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 GROUPS_SUFFIX = "_groups"
@@ -107,7 +113,8 @@ def make_table(
     ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
     runtime columns (:func:`runtime_columns`); 4 the execution controls
     (:func:`control_columns`; the limits live in :func:`make_groups_table`); 5 the alert
-    columns (:func:`alert_columns`) next to the run history (:func:`make_runs_table`).
+    columns (:func:`alert_columns`) next to the run history (:func:`make_runs_table`); 6
+    no column: the batch items table (:func:`make_items_table`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -339,5 +346,52 @@ def make_runs_table(
     )
 
 
+def items_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
+    """``<table>_items``, in the tasks table's schema: where pushed batch items wait.
+
+    >>> items_table_name("ops.jobs")
+    'ops.jobs_items'
+    """
+    schema, name = split_table_name(qualified_name)
+    # The suffix must keep the name a plain identifier of at most 63 characters.
+    items = f"{name[:57]}_items"
+    return f"{schema}.{items}" if schema else items
+
+
+def make_items_table(qualified_name: str = DEFAULT_TABLE,
+                     metadata: sa.MetaData | None = None) -> sa.Table:
+    """The batch items table of the tasks table ``qualified_name`` (revision 6 on).
+
+    One row per pushed item, waiting for the delivery of its key's row (``task_name``, the
+    tasks table's ``queue_name``): ``id`` is the push order; ``due_at`` and ``moves`` are what
+    the push asked of the key's due time (``ontime``; ``update="always"``), so that the due
+    time of items pushed while a delivery runs is known when it ends; ``pushed_at`` (database
+    clock) tells a delivery which items were pushed before it was picked.
+
+    >>> make_items_table("jobs").name
+    'jobs_items'
+    """
+    schema, name = split_table_name(items_table_name(qualified_name))
+    metadata = metadata if metadata is not None else sa.MetaData()
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("id", id_type(), sa.Identity(), primary_key=True),
+        sa.Column("task_name", name_type(MAX_NAME_LENGTH), nullable=False),
+        sa.Column("handler", name_type(MAX_NAME_LENGTH), nullable=False),
+        sa.Column("batch_key", name_type(MAX_NAME_LENGTH), nullable=False),
+        sa.Column("item", state_type(), nullable=True),
+        sa.Column("due_at", UTCDateTime(), nullable=False),
+        sa.Column("moves", Flag(), nullable=False, server_default=FalseDefault()),
+        sa.Column("pushed_at", UTCDateTime(), nullable=False),
+        sa.Index(f"{name}_task_idx", "task_name", "id"),
+        sa.Index(f"{name}_key_idx", "handler", "batch_key"),
+        schema=schema,
+        **table_options(),
+    )
+
+
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)
 """The column names, in table order; a table missing one of them is rejected at start-up."""
+ITEM_COLUMNS: tuple[str, ...] = tuple(c.name for c in make_items_table().columns)
+"""The batch items table's column names, in table order."""

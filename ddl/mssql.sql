@@ -179,6 +179,34 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0005' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0005 -> dbscheduler_0006
+
+CREATE TABLE scheduled_tasks_items (
+    id BIGINT NOT NULL IDENTITY, 
+    task_name NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+    handler NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+    batch_key NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+    item NVARCHAR(max) NULL, 
+    due_at DATETIME2(6) NOT NULL, 
+    moves BIT NOT NULL DEFAULT 0, 
+    pushed_at DATETIME2(6) NOT NULL, 
+    PRIMARY KEY (id)
+);
+
+GO
+
+CREATE INDEX scheduled_tasks_items_key_idx ON scheduled_tasks_items (handler, batch_key);
+
+GO
+
+CREATE INDEX scheduled_tasks_items_task_idx ON scheduled_tasks_items (task_name, id);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0005';
+
+GO
+
 COMMIT;
 
 GO

@@ -113,3 +113,23 @@ CREATE INDEX scheduled_tasks_runs_time_idx ON scheduled_tasks_runs (finished_at)
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0005' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0004';
 
+-- Running upgrade dbscheduler_0005 -> dbscheduler_0006
+
+CREATE TABLE scheduled_tasks_items (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    task_name VARCHAR(255) COLLATE utf8mb4_bin NOT NULL, 
+    handler VARCHAR(255) COLLATE utf8mb4_bin NOT NULL, 
+    batch_key VARCHAR(255) COLLATE utf8mb4_bin NOT NULL, 
+    item LONGTEXT, 
+    due_at DATETIME(6) NOT NULL, 
+    moves BOOL NOT NULL DEFAULT 0, 
+    pushed_at DATETIME(6) NOT NULL, 
+    PRIMARY KEY (id)
+)ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+CREATE INDEX scheduled_tasks_items_key_idx ON scheduled_tasks_items (handler, batch_key);
+
+CREATE INDEX scheduled_tasks_items_task_idx ON scheduled_tasks_items (task_name, id);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0005';
+

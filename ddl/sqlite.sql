@@ -111,3 +111,22 @@ CREATE INDEX scheduled_tasks_runs_time_idx ON scheduled_tasks_runs (finished_at)
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0005' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0004';
 
+-- Running upgrade dbscheduler_0005 -> dbscheduler_0006
+
+CREATE TABLE scheduled_tasks_items (
+    id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, 
+    task_name VARCHAR(255) NOT NULL, 
+    handler VARCHAR(255) NOT NULL, 
+    batch_key VARCHAR(255) NOT NULL, 
+    item TEXT, 
+    due_at VARCHAR(26) NOT NULL, 
+    moves BOOLEAN DEFAULT 0 NOT NULL, 
+    pushed_at VARCHAR(26) NOT NULL
+);
+
+CREATE INDEX scheduled_tasks_items_key_idx ON scheduled_tasks_items (handler, batch_key);
+
+CREATE INDEX scheduled_tasks_items_task_idx ON scheduled_tasks_items (task_name, id);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0005';
+

@@ -157,7 +157,8 @@ def drop_table(url: str, table: str) -> None:
     # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
     engine = sa.create_engine(url)
     try:
-        for name in (table, groups_table_name(table), f"{table}_runs", f"{table}_version"):
+        for name in (table, groups_table_name(table), f"{table}_runs", f"{table}_items",
+                     f"{table}_version"):
             sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     finally:
         engine.dispose()

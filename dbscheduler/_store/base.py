@@ -22,9 +22,12 @@ from ..errors import SchemaMismatch, SchemaMissing
 from ..logfields import engine_log
 from ..table import (
     COLUMNS,
+    ITEM_COLUMNS,
     MAX_NAME_LENGTH,
     RESERVED_PREFIX,
+    items_table_name,
     make_groups_table,
+    make_items_table,
     make_runs_table,
     make_table,
     split_table_name,
@@ -60,6 +63,8 @@ class StoreBase:
         """Conditions of :mod:`.controls`, built once (building them is costly)."""
         self.runs_table = make_runs_table(table)
         """The run history, ``<table>_runs``."""
+        self.items = make_items_table(table)
+        """Where pushed batch items wait (``<table>_items``)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -92,6 +97,16 @@ class StoreBase:
             missing.append(f"(the run history table {self.runs_table.name})")
         if missing:
             raise SchemaMismatch(self.table_name, missing)
+        items_schema, items_name = split_table_name(items_table_name(self.table_name))
+        if not inspector.has_table(items_name, schema=items_schema):
+            # An older revision: `dbscheduler migrate` adds it (the message says so).
+            raise SchemaMissing(self.table_name, self.safe_url(),
+                                items_table_name(self.table_name))
+        present = {c["name"].lower() for c in inspector.get_columns(items_name,
+                                                                    schema=items_schema)}
+        missing = [c for c in ITEM_COLUMNS if c not in present]
+        if missing:
+            raise SchemaMismatch(items_table_name(self.table_name), missing)
 
     def safe_url(self) -> str:
         """The engine's URL with its password hidden, for messages."""

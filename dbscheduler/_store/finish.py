@@ -31,6 +31,7 @@ from ..dialects import db_now
 from ..dialects.types import UTCDateTime
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
+from .batches import queued_due, queued_guards
 from .history import RunRecord, forget, insert_from, log_first, run_values
 from .state import clean_text
 
@@ -65,6 +66,9 @@ class FinishWrite:
     """A one-off job that is done (succeeded or gave up): the fenced write deletes the row."""
     run: RunRecord | None = None
     """The execution's row in the run history, written with this finish when history is on."""
+    keyed: bool = False
+    """A batch key's delivery: its row is deleted only when nothing is queued for it, and
+    otherwise kept, due when the queued items say (:mod:`dbscheduler._store.batches`)."""
 
 
 def finish_batch(
@@ -184,15 +188,26 @@ def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> s
         for w in writes:
             fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
                             t.c.locked_by == node_id)
-            if store.dialect.update_from_values and store.history and w.run is not None:
+            guards = queued_guards(store) if w.keyed else ()
+            if (store.dialect.update_from_values and store.history and w.run is not None
+                    and not w.keyed):
                 gone = sa.delete(t).where(fence).returning(t.c.id).cte("gone")
                 columns, values = run_values(store, w.run, w.status, w.error)
                 logged = insert_from(
                     store, sa.select(*values).select_from(gone), columns).cte("logged")
                 count = len(conn.execute(sa.select(gone.c.id).add_cte(logged)).all())
             else:
+                # A batch key's delivery may keep its row: its run row goes first, fenced,
+                # whichever way the row then ends.
                 _log_first(store, conn, node_id, w)
-                count = conn.execute(sa.delete(t).where(fence)).rowcount
+                count = conn.execute(sa.delete(t).where(fence, *guards)).rowcount
+            if w.keyed and count != 1:
+                # Items were pushed meanwhile: the key stays, due when they say.
+                count = conn.execute(
+                    _fenced_update(store, node_id, False).values(
+                        next_process_at=queued_due(store), payload=None),
+                    _params(w),
+                ).rowcount
             _faultpoints.reached("finish")
             if count == 1:
                 landed.add(w.id)
@@ -355,9 +370,9 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
         row = rows.get(w.id)
         if row is None:
             return w.delete  # a one-off job's row is gone: its fenced delete landed
-        if w.delete:
+        if w.delete and not w.keyed:
             return False
-        if row.total_attempt == w.token:
+        if row.total_attempt == w.token:  # a batch key's finish may keep its row
             return row.locked_by is None
         return bool(row.total_attempt == w.token + 1 and row.prev_locked_by is None)
 

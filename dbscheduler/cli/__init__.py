@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from ..web import cli as web_command
 from . import (  # noqa: F401  (the commands attach themselves to the group)
+    batches,
     controls,
     node,
     runs,
@@ -38,7 +39,8 @@ from .target import OperationFailed
 
 __all__ = ["OperationFailed", "cli", "humanize", "load_scheduler", "main"]
 
-cli.add_command(web_command.command())  # the web command lives with the web app
+cli.add_command(web_command.command())  # the web commands live with the web app
+cli.add_command(web_command.serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

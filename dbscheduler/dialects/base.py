@@ -184,6 +184,34 @@ class Dialect:
         for values in rows:
             self.insert_if_absent(conn, table, values)
 
+    # -- batches -------------------------------------------------------------------------
+    def push_statement(
+        self,
+        item: sa.Insert,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+        *,
+        notify: tuple[str, float] | None = None,
+    ) -> sa.Executable | None:
+        """A batch push as one statement, where the backend can write two tables at once:
+        insert ``item``, then insert ``row`` into ``table`` or, when its ``queue_name`` is
+        taken, apply ``on_existing`` to that row; with ``notify`` ``(channel, seconds)``,
+        notify when the row written is due within that many seconds. ``None``: the store sends the
+        statements one by one (see :mod:`dbscheduler._store.batches`)."""
+        return None
+
+    def upsert_statement(
+        self,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+    ) -> sa.Executable | None:
+        """Insert ``row`` or, when its ``queue_name`` is taken, apply ``on_existing`` (in
+        that order) to the row that has it, as one statement; ``None`` where the backend has
+        no such statement (an update, then an insert-if-absent and the update again)."""
+        return None
+
     # -- filters -------------------------------------------------------------------------
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         """``column IN names``, built so that thousands of names are still one parameter."""

@@ -151,6 +151,16 @@ class MySQLDialect(Dialect):
         stmt = mysql_insert(table).values(**values)
         conn.execute(stmt.on_duplicate_key_update(id=table.c.id))
 
+    def upsert_statement(
+        self,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+    ) -> sa.Executable | None:
+        # The list of pairs keeps the assignments in order (evaluated left to right).
+        pairs = [(c.name, v) for c, v in on_existing]
+        return mysql_insert(table).values(**row).on_duplicate_key_update(pairs)
+
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> None:

@@ -114,6 +114,34 @@ class PostgreSQLDialect(Dialect):
         stmt = pg_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
         conn.execute(stmt, list(rows))
 
+    def push_statement(
+        self,
+        item: sa.Insert,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+        *,
+        notify: tuple[str, float] | None = None,
+    ) -> sa.Executable | None:
+        # Both writes commit together: the item is never visible without its key's row.
+        pushed = item.returning(item.table.c.id).cte("pushed")
+        upsert = (
+            pg_insert(table).values(**row)
+            .on_conflict_do_update(index_elements=["queue_name"],
+                                   set_={c.name: v for c, v in on_existing})
+            .returning(table.c.next_process_at)
+            .cte("keyed")
+        )
+        woken: Any = sa.null()
+        if notify is not None:
+            channel, seconds = notify
+            woken = (
+                sa.select(sa.func.pg_notify(channel, "")).select_from(upsert)
+                .where(upsert.c.next_process_at <= db_now_plus(seconds))
+                .scalar_subquery()
+            )
+        return sa.select(pushed.c.id, woken.label("woken")).add_cte(upsert)
+
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         # One array parameter instead of thousands of IN placeholders.
         return column == sa.any_(sa.literal(list(names), ARRAY(sa.Unicode())))

@@ -129,6 +129,15 @@ class SQLiteDialect(Dialect):
         )
         conn.execute(stmt)
 
+    def upsert_statement(
+        self,
+        table: sa.Table,
+        row: Mapping[str, Any],
+        on_existing: Sequence[tuple[sa.Column[Any], Any]],
+    ) -> sa.Executable | None:
+        return sqlite_insert(table).values(**row).on_conflict_do_update(
+            index_elements=["queue_name"], set_={c.name: v for c, v in on_existing})
+
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -29,8 +29,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from ..client import Client
 from ..errors import SchemaMismatch, SchemaMissing, TaskNotFound, TaskRunning
+from ..http_delivery import AllowList, TargetRefused
 from ..scheduler import Scheduler
-from . import api, pages
+from . import api, pages, queue
 
 __all__ = ["Auth", "Dashboard", "Role", "create_app"]
 
@@ -53,6 +54,8 @@ class Dashboard:
     read_only: bool
     auth: Auth | None
     templates: Jinja2Templates
+    allow: AllowList = field(default_factory=lambda: AllowList([]))
+    """The hosts ``/v3/queue`` pushes may target."""
 
 
 def _client_for(target: Scheduler | Client | str, table: str | None) -> Client:
@@ -76,6 +79,7 @@ def create_app(
     table: str | None = None,
     read_only: bool = False,
     auth: Auth | None = None,
+    http_delivery_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The dashboard (HTML pages) and the REST API (``/api``) for one table.
 
@@ -95,6 +99,8 @@ def create_app(
         auth: ``auth(request) -> "admin" | "viewer" | None``; None answers 401 and a viewer
             gets the read-only app. Without it, anyone who reaches the app is an admin: keep
             it on 127.0.0.1 or behind your own authentication.
+        http_delivery_hosts: the hosts ``/v3/queue`` pushes may target (403 for others);
+            default: the scheduler's ``http_delivery_hosts``, none with a URL or client.
 
     State-changing requests whose ``Origin`` (or, without one, ``Referer``) is another site
     are refused with 403; API clients that send neither are accepted. The app's own origin is
@@ -103,6 +109,9 @@ def create_app(
     made from the browser is refused as cross-site.
     """
     client = _client_for(scheduler_or_url, table)
+    if http_delivery_hosts is None and isinstance(scheduler_or_url, Scheduler):
+        http_delivery_hosts = scheduler_or_url.http_delivery_hosts
+    allow = AllowList(http_delivery_hosts or ())
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals["version"] = __version__
     app = FastAPI(
@@ -117,8 +126,10 @@ def create_app(
         docs_url=None,  # Swagger UI loads from a CDN; the document is enough
         redoc_url=None,
     )
-    app.state.dashboard = Dashboard(client, read_only, auth, templates)
+    app.state.dashboard = Dashboard(client, read_only, auth, templates, allow)
     app.include_router(api.router)
+    app.include_router(queue.api_router)
+    app.include_router(queue.queue_router)
     app.include_router(pages.router)
     app.add_api_route("/metrics", _metrics, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
@@ -152,7 +163,7 @@ def _route_path(request: Request) -> str:
 
 
 def _is_api(request: Request) -> bool:
-    return _route_path(request).startswith("/api/")
+    return _route_path(request).startswith(("/api/", "/v3/"))
 
 
 def error_response(request: Request, status: int, code: str, message: str) -> Response:
@@ -273,6 +284,7 @@ def _add_errors(app: FastAPI) -> None:
         return handle
 
     app.add_exception_handler(TaskNotFound, handler(404, "not_found"))
+    app.add_exception_handler(TargetRefused, handler(403, "host_not_allowed"))
     app.add_exception_handler(TaskRunning, handler(409, "running"))
     app.add_exception_handler(SchemaMissing, handler(503, "schema_missing"))
     app.add_exception_handler(SchemaMismatch, handler(503, "schema_mismatch"))

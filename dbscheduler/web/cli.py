@@ -1,9 +1,11 @@
-"""``dbscheduler web``: serve the dashboard and the REST API with uvicorn.
+"""``dbscheduler web``: serve the dashboard and the REST API with uvicorn; ``dbscheduler
+serve``: the same app plus a node that delivers the ``/v3/queue`` batches over HTTP — the whole
+queue service in one command.
 
-Without authentication anyone who reaches the port can operate every task, so the command
-binds 127.0.0.1 by default and refuses another address unless the app is ``--read-only`` or
+Without authentication anyone who reaches the port can operate every task, so the commands
+bind 127.0.0.1 by default and refuse another address unless the app is ``--read-only`` or
 the operator says ``--insecure`` (for a network that is already protected, e.g. behind an
-authenticating proxy).
+authenticating proxy). The queue only calls hosts on its ``--allow-host`` list.
 """
 
 from __future__ import annotations
@@ -11,17 +13,17 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
 
-from ..cli.target import OperationFailed, database_options, opened, resolve
+from ..cli.target import OperationFailed, database_options, opened, resolve, translated_errors
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["command", "is_loopback", "serve_app", "web"]
+__all__ = ["command", "is_loopback", "serve", "serve_app", "web"]
 
 
 def is_loopback(host: str) -> bool:
@@ -72,34 +74,99 @@ def serve_app(app: ASGIApp, host: str) -> ASGIApp:
               help="allow a non-loopback --host with full control and no authentication")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST",
+              help="a host /v3/queue pushes may target (repeat; host, host:port or "
+                   "*.domain); without one every push is refused (403)")
 @database_options
 def web(host: str, port: int, read_only: bool, insecure: bool, log_level: str,
-        url: str | None, table: str | None) -> None:
+        allow_hosts: tuple[str, ...], url: str | None, table: str | None) -> None:
     """Serve the web dashboard and the REST API (/api) until Ctrl-C."""
+    _check_exposure(host, read_only, insecure)
+    uvicorn, create_app = _web_modules("web")
+    target = resolve(url, table)
+    _log(log_level)
+    with opened(target) as client:
+        client.tasks()  # a missing table or an unreachable database stops here, exit 1
+        try:
+            app = serve_app(create_app(client, read_only=read_only,
+                                       http_delivery_hosts=allow_hosts), host)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--allow-host'") from None
+        mode = " (read-only)" if read_only else ""
+        click.echo(f"dbscheduler web{mode}: table {target.table} on {target.safe_url}, "
+                   f"http://{host}:{port}/", err=True)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def _check_exposure(host: str, read_only: bool, insecure: bool) -> None:
     if not is_loopback(host) and not (read_only or insecure):
         raise click.UsageError(
             f"refusing to serve on {host}: anyone who reaches it could pause, trigger and "
             "delete tasks. Pass --read-only, or --insecure if the network is protected "
             "(or mount create_app(..., auth=...) in your own app)."
         )
+
+
+def _web_modules(command: str) -> tuple[Any, Any]:
     try:
         import uvicorn
 
         from .app import create_app
     except ImportError as exc:
         raise OperationFailed(
-            f"`dbscheduler web` needs the web extra: pip install 'dbscheduler[web]' ({exc})"
+            f"`dbscheduler {command}` needs the web extra: pip install 'dbscheduler[web]' "
+            f"({exc})"
         ) from exc
-    target = resolve(url, table)
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+    return uvicorn, create_app
+
+
+def _log(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    with opened(target) as client:
-        client.tasks()  # a missing table or an unreachable database stops here, exit 1
-        app = serve_app(create_app(client, read_only=read_only), host)
-        mode = " (read-only)" if read_only else ""
-        click.echo(f"dbscheduler web{mode}: table {target.table} on {target.safe_url}, "
-                   f"http://{host}:{port}/", err=True)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to bind; another than loopback needs --insecure")
+@click.option("--port", type=click.IntRange(0, 65535), default=23334, show_default=True)
+@click.option("--allow-host", "allow_hosts", multiple=True, required=True, metavar="HOST",
+              help="a host deliveries may call (repeat; host, host:port or *.domain): "
+                   "pushes to any other are refused with 403")
+@click.option("--insecure", is_flag=True,
+              help="allow a non-loopback --host with full control and no authentication")
+@click.option("--node-id", default=None, help="this node's id [default: host-pid-random]")
+@click.option("--workers", type=click.IntRange(1, 1000), default=8, show_default=True,
+              help="deliveries at once")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@database_options
+def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
+          node_id: str | None, workers: int, log_level: str, url: str | None,
+          table: str | None) -> None:
+    """The queue service in one command: /v3/queue, the dashboard and the API, and a node
+    delivering the batches to their targets, until Ctrl-C. Run it on several machines
+    against one database for redundancy."""
+    _check_exposure(host, False, insecure)
+    uvicorn, create_app = _web_modules("serve")
+    from ..scheduler import Scheduler
+
+    target = resolve(url, table)
+    _log(log_level)
+    with translated_errors(target):
+        try:
+            node = Scheduler(target.url, table=target.table, node_id=node_id,
+                             max_workers=workers, http_delivery_hosts=allow_hosts)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--allow-host'") from None
+        node.start()
+    try:
+        app = serve_app(create_app(node), host)
+        click.echo(f"dbscheduler serve: node {node.node_id}, table {target.table} on "
+                   f"{target.safe_url}, delivering to {', '.join(node.http_delivery_hosts)}; "
+                   f"http://{host}:{port}/v3/queue/…", err=True)
         uvicorn.run(app, host=host, port=port, log_level=log_level)
+    finally:
+        node.shutdown()
 
 
 def command() -> click.Command:

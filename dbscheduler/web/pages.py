@@ -260,3 +260,37 @@ def runs_page(request: Request, status: str | None = None) -> Response:
 def runs_partial(request: Request, status: str | None = None) -> Response:
     """The live region of the runs page."""
     return render(request, "_runs_live.html", _runs_context(request, status))
+
+
+def _batches_context(request: Request, handler: str | None) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    every = client.batches()
+    now = client.db_now()
+    per_handler: dict[str, int] = {}
+    for b in every:
+        per_handler[b.handler] = per_handler.get(b.handler, 0) + 1
+    handler = handler if handler in per_handler else None
+    rows = [b for b in every if handler is None or b.handler == handler]
+    return {
+        **chrome(request),
+        "now": now,
+        "rows": rows,
+        "handler": handler,
+        "handlers": sorted(per_handler.items()),
+        "total_keys": len(every),
+        "item_total": sum(b.items for b in rows),
+        "batches_url": request.url_for("batches_page").path,
+        "task_url": lambda name: task_url(request, name),
+    }
+
+
+@router.get("/batches", name="batches_page")
+def batches_page(request: Request, handler: str | None = None) -> Response:
+    """The keys with pending items: counts, next delivery, last failure; drop a key."""
+    return render(request, "batches.html", _batches_context(request, handler))
+
+
+@router.get("/partials/batches", name="batches_partial")
+def batches_partial(request: Request, handler: str | None = None) -> Response:
+    """The live region of the batches page."""
+    return render(request, "_batches_live.html", _batches_context(request, handler))

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -115,6 +116,18 @@ def main(argv: list[str] | None = None) -> None:
                    help="register every task with alert_after=S")
     p.add_argument("--overdue-after", type=float, default=60.0, metavar="S")
     p.add_argument("--overdue-check", type=float, default=30.0, metavar="S")
+    p.add_argument("--batch", default=None, metavar="HANDLER",
+                   help="register a batch handler that logs every delivery (deliver_start with "
+                        "its items' ids, deliver_end) and, with --push, push to it")
+    p.add_argument("--batch-work", type=float, default=0.0,
+                   help="seconds each delivery works")
+    p.add_argument("--batch-hang-first", type=float, default=0.0,
+                   help="seconds a first attempt (ctx.attempt == 1) hangs: a node to kill")
+    p.add_argument("--batch-fail", type=float, default=0.0,
+                   help="probability that a delivery fails (seeded by node name)")
+    p.add_argument("--push", default=None, metavar="KEYS:COUNT",
+                   help="push COUNT items, each {id, key}, round-robin over KEYS keys "
+                        "(k-0 …) from a thread while delivering; logs 'pushed' per item")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="shut down gracefully after S s, or as soon as the process that "
                         "started this node is gone (no orphans if a test run dies)")
@@ -214,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     class Recorder:
         def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
             events.write("finished", task=ctx.name, token=ctx.total_attempt,
-                         status=outcome.status, written=outcome.next_at is not None)
+                         status=outcome.status, written=outcome.next_at is not None,
+                         started=ctx.started_at.timestamp())
 
         def on_lease_lost(self, ctx: TaskContext) -> None:
             events.write("lease_lost", task=ctx.name, token=ctx.total_attempt)
@@ -230,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
         def on_recovered(self, info: TaskInfo) -> None:
             events.write("recovered", task=info.name, last_status=info.last_status)
 
+    if args.batch:
+        add_batch(scheduler, events, args)
     scheduler.add_listener(Recorder())
     events.write("node_start", pid=os.getpid())
     if args.seconds is not None:
@@ -244,8 +260,47 @@ def main(argv: list[str] | None = None) -> None:
             scheduler.shutdown(timeout=args.shutdown_timeout)
 
         threading.Thread(target=watchdog, name="node-watchdog", daemon=True).start()
+    if args.batch and args.push:
+        threading.Thread(target=push_items, args=(scheduler, events, args), name="pusher",
+                         daemon=True).start()
     scheduler.run(shutdown_timeout=args.shutdown_timeout)
     events.write("node_stop")
+
+
+def add_batch(scheduler: Scheduler, events: EventLog, args: argparse.Namespace) -> None:
+    """The ``--batch`` handler: log what each delivery got; hang or fail as asked."""
+    chance = random.Random(f"{args.node}-fail")
+    lock = threading.Lock()
+
+    @scheduler.batch_handler(args.batch, on_failure=LinearBackoff(0.2))
+    def deliver(ctx: TaskContext, items: list[Any]) -> None:
+        ids = [item["id"] if isinstance(item, dict) else item for item in items]
+        events.write("deliver_start", task=ctx.name, token=ctx.total_attempt,
+                     attempt=ctx.attempt, items=ids, started=ctx.started_at.timestamp())
+        if ctx.attempt == 1 and args.batch_hang_first:
+            ctx.stop_requested.wait(args.batch_hang_first)
+        time.sleep(args.batch_work)
+        with lock:
+            fail = chance.random() < args.batch_fail
+        events.write("deliver_end", task=ctx.name, token=ctx.total_attempt, failed=fail)
+        if fail:
+            raise RuntimeError("delivery failed on purpose")
+
+
+def push_items(scheduler: Scheduler, events: EventLog, args: argparse.Namespace) -> None:
+    """``--push KEYS:COUNT``: every item is logged once its push returned."""
+    keys, count = (int(v) for v in args.push.split(":"))
+    for i in range(count):
+        item_id = f"{args.node}-{i}"
+        key = f"k-{i % keys}"
+        try:
+            scheduler.push(key, {"id": item_id, "key": key}, handler=args.batch,
+                           update="once" if i % 2 else "always")
+        except Exception as exc:  # an unconfirmed push: the test does not count it
+            events.write("push_failed", item=item_id, error=str(exc))
+            continue
+        events.write("pushed", item=item_id, key=key)
+    events.write("push_done", count=count)
 
 
 if __name__ == "__main__":

@@ -150,3 +150,23 @@ def test_flask_app_factory_runs_the_scheduler(
         assert client.post("/tasks/nope/trigger").status_code == 404
     finally:
         scheduler.shutdown(timeout=5)
+
+
+# -- the digest mail (the queue service) --------------------------------------------------
+
+
+def test_digest_mail_merges_a_users_notifications_into_one_mail(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "digest_mail.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=example_env(),
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, (out, proc.stderr)
+    assert "mail to ann@example.com: 3 notification(s)\n  - Bob commented on 'Dinner'\n" \
+           "  - Carol is going to 'Dinner'\n  - 'Dinner' moved to 8 pm\n" in out, out
+    assert "mail to bob@example.com: 1 notification(s)\n  - Ann invited you to 'Dinner'" in out
+    # The '-' key went out alone, before the window of the merged ones closed.
+    assert out.index("Your password reset link") < out.index("Bob commented")
+    assert out.rstrip().endswith("3 mails for 5 notifications"), out
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "digest.sqlite3").exists()

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbscheduler.migrate import HEAD, upgrade, version_table_for
-from dbscheduler.table import COLUMNS
+from dbscheduler.table import COLUMNS, ITEM_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +52,7 @@ def test_migrated_table_has_every_column(migrated: tuple[str, str]) -> None:
         assert list(shape["columns"]) == list(COLUMNS)
         assert ("queue_name",) in shape["unique"]
         assert (("next_process_at",), False) in shape["indexes"]
+        assert list(_shape(engine, f"{table}_items")["columns"]) == list(ITEM_COLUMNS)
         with engine.connect() as conn:
             version = conn.execute(sa.text(f"SELECT version_num FROM {version_table_for(table)}"))
             assert version.scalar_one() == HEAD
@@ -92,6 +93,7 @@ def test_ddl_file_applies_and_equals_the_migrated_table(
                 conn.exec_driver_sql(stmt)
         applied = _shape(other, "scheduled_tasks", schema)
         assert applied == _shape(engine, table)
+        assert _shape(other, "scheduled_tasks_items", schema) == _shape(engine, f"{table}_items")
     finally:
         if backend != "sqlite":
             with engine.begin() as conn:
@@ -166,7 +168,7 @@ def test_a_users_own_alembic_environment_as_the_readme_says(tmp_path: Path) -> N
     try:
         assert set(sa.inspect(engine).get_table_names()) == {
             "alembic_version", "scheduled_tasks", "scheduled_tasks_groups",
-            "scheduled_tasks_runs", "users"}
+            "scheduled_tasks_items", "scheduled_tasks_runs", "users"}
         with engine.connect() as conn:
             heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
         assert HEAD in heads and len(heads) == 2

@@ -837,8 +837,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
     # 0001: four statements; 0002: four columns, an index, the version update; 0003: three
     # columns, the handler update, an index, the version update; 0004: three columns, an
     # index, the groups table, the version update; 0005: three columns, the last-success
-    # update, an index, the runs table and its two indexes, the version update; the COMMIT
-    assert sql.count("\n/\n") == 32
+    # update, an index, the runs table and its two indexes, the version update; 0006: the
+    # items table, two indexes, the version update; the COMMIT
+    assert sql.count("\n/\n") == 36
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 

@@ -51,6 +51,9 @@ ROUTES = {
     ("/api/tasks/{name}/reschedule", "post"), ("/api/tasks/{name}", "get"),
     ("/api/tasks/{name}", "put"), ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
     ("/api/runs", "get"), ("/api/tasks/{name}/runs", "get"),
+    ("/api/batches", "get"), ("/api/batches/drop", "post"),
+    ("/v3/queue/{merge_key}/{method}/{service}", "post"),
+    ("/v3/queue/{merge_key}/{method}/{service}", "delete"),
 }
 """Every route the document must list (``/metrics`` is outside ``/api``)."""
 
@@ -86,7 +89,7 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
             for code in ("401", "403", "422", "500", "503"):
                 assert code in op["responses"], (path, method, code)
     for model in ("RescheduleBody", "BulkBody", "ScheduleBody", "ApiError", "Task", "Run",
-                  "RunList"):
+                  "RunList", "Batch", "BatchList", "Pushed", "Dropped", "DropBody"):
         assert model in raw["components"]["schemas"]
 
 
@@ -99,3 +102,12 @@ def test_the_task_schema_names_every_task_info_field() -> None:
     assert set(Task.model_fields) == {f.name for f in dataclasses.fields(TaskInfo)} | {
         "running", "builtin"}
     assert set(Run.model_fields) == {f.name for f in dataclasses.fields(RunInfo)} | {"duration"}
+
+
+def test_the_batch_schema_names_every_batch_info_field() -> None:
+    import dataclasses
+
+    from dbscheduler.batches import BatchInfo
+    from dbscheduler.web.queue import Batch
+
+    assert set(Batch.model_fields) == {f.name for f in dataclasses.fields(BatchInfo)}

@@ -377,11 +377,44 @@
     });
   }
 
+  // ---- the batches page: handler filter, drop behind a confirmation ---------------------
+  function initBatchesPage() {
+    live.addEventListener("click", async (event) => {
+      const filter = event.target.closest("a.filter");
+      if (filter) {
+        event.preventDefault();
+        setQuery({ handler: filter.dataset.handler });
+        refresh();
+        return;
+      }
+      const button = event.target.closest("button[data-drop]");
+      if (!button || readOnly) return;
+      const { key, handler, items } = button.dataset;
+      const count = Number(items);
+      if (!await confirmDialog({
+        title: "Drop " + key + "?",
+        message: "Its " + count + (count === 1 ? " pending item is" : " pending items are") +
+          " removed and never delivered (handler " + handler + "). A delivery already under way ends as usual.",
+        okLabel: "Drop", danger: true,
+      })) return;
+      let result;
+      try {
+        result = await call("POST", "batches/drop", { handler, key });
+      } catch (err) {
+        toast(err.message, true);
+        return;
+      }
+      await refresh();
+      toast("Dropped " + result.dropped + (result.dropped === 1 ? " item" : " items") + " of " + key + ".");
+    });
+  }
+
   // ---- start ------------------------------------------------------------------------------
   readSkew(document);
   localize(document);
   if (live) {
     if (document.getElementById("search")) initTasksPage();
+    else if (live.dataset.page === "batches") initBatchesPage();
     else if (!readOnly) initTaskPage();
     schedule();
   }
