@@ -16,6 +16,12 @@ from dbscheduler import Scheduler
 from tests.databases import drop_table, find, required, unique_table
 from tests.servers_lock import servers_lock
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers set COLUMNS=80 / LINES=24; the command line's subprocesses would
+    # take them for a terminal's size (piped output keeps its natural width without them).
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 SERVER_BACKENDS = ("postgresql", "mysql")
 EXTRA_BACKENDS = ("mssql", "oracle")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -150,10 +150,13 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
                 + f", database time {fmt_time(now)} UTC",
         caption_justify="left",
     )
-    table.add_column("name", style="bold", overflow="fold")
-    table.add_column("schedule", overflow="fold")
-    table.add_column("handler", overflow="fold")
-    table.add_column("options", overflow="fold")
+    # Options only when a task has any: a narrow terminal has no room for an empty column.
+    with_options = any(info.options for info in infos)
+    table.add_column("name", style="bold", overflow="fold", min_width=8)
+    table.add_column("schedule", overflow="fold", min_width=8)
+    table.add_column("handler", overflow="fold", min_width=7)
+    if with_options:
+        table.add_column("options", overflow="fold", min_width=7)
     table.add_column("next run (UTC)", no_wrap=True)
     table.add_column("last run", no_wrap=True)
     table.add_column("attempt", justify="right")
@@ -165,7 +168,7 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
             _name(info),
             Text(info.schedule or "-"),
             handler_text(info, now),
-            options_text(info),
+            *([options_text(info)] if with_options else []),
             _next_run(info, now),
             _last_run(info, now),
             str(info.attempt),
