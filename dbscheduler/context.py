@@ -73,6 +73,10 @@ class TaskContext:
     data: Any = None
     """The row's data (decoded JSON) given by ``schedule``/``schedule_once``, or ``None``;
     separate from :attr:`state`, which the task itself persists."""
+    triggered_by: str | None = None
+    """The W3C ``traceparent`` of the span :meth:`~dbscheduler.Client.trigger` was called in,
+    when this execution is the one that trigger made due and trace links are on (see
+    :func:`dbscheduler.tracing.link_triggers`); else ``None``."""
 
 
 @dataclass(frozen=True)

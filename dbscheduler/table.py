@@ -51,7 +51,7 @@ MAX_DATA_BYTES = MAX_STATE_BYTES
 MAX_OPTIONS_LENGTH = 2000
 """Longest ``options`` JSON text (execution options stored with a row)."""
 
-REVISION = 3
+REVISION = 7
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
@@ -90,7 +90,8 @@ def make_table(
     pick's ``claim`` stamp and the ``prev_*`` copies of what a pick overwrote (a pick whose
     answer was lost, or a database without ``RETURNING``, reads them back), and widens
     ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
-    runtime columns (:func:`runtime_columns`).
+    runtime columns (:func:`runtime_columns`); 7 the trigger's trace link
+    (:func:`trigger_columns`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -141,6 +142,7 @@ def make_table(
         ),
         *(revision_2_columns() if revision >= 2 else []),
         *(runtime_columns() if revision >= 3 else []),
+        *(trigger_columns() if revision >= 7 else []),
         sa.UniqueConstraint("queue_name", name=f"{name}_uq"),
         sa.Index(f"{name}_next_idx", "next_process_at"),
         *([sa.Index(f"{name}_claim_idx", "claim")] if revision >= 2 else []),
@@ -176,6 +178,17 @@ def runtime_columns() -> list[sa.Column[Any]]:
         sa.Column("data", state_type(), nullable=True),
         sa.Column("options", sa.Unicode(MAX_OPTIONS_LENGTH), nullable=True),
     ]
+
+
+TRIGGER_LINK_LENGTH = 128
+"""Longest ``trigger_link``: a W3C ``traceparent`` (55 characters), a space and a token."""
+
+
+def trigger_columns() -> list[sa.Column[Any]]:
+    """The column revision 7 adds: the trace context ``trigger()`` was called in, and the
+    fencing token of the execution it made due (``"<traceparent> <token>"``), so that this
+    execution's span links to the caller's and no later one does."""
+    return [sa.Column("trigger_link", sa.String(TRIGGER_LINK_LENGTH), nullable=True)]
 
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)

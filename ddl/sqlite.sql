@@ -58,3 +58,9 @@ CREATE INDEX scheduled_tasks_handler_idx ON scheduled_tasks (handler, next_proce
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0003' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0002';
 
+-- Running upgrade dbscheduler_0003 -> dbscheduler_0007
+
+ALTER TABLE scheduled_tasks ADD COLUMN trigger_link VARCHAR(128);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0003';
+

@@ -28,7 +28,7 @@ import oracledb
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import FixedRate
+from dbscheduler import FixedRate, _trace_links
 from dbscheduler._store import FinishWrite, Registration, Store
 from dbscheduler.client import Client
 from dbscheduler.dialects import dialect_for, prepare_engine
@@ -310,7 +310,7 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "last_finished_at": None, "last_status": None, "last_error": None,
         "schedule": "FixedRate(3600)", "stop_requested": 0, "claim": None,
         "prev_locked_by": None, "prev_next_process_at": None, "prev_last_started_at": None,
-        "handler": name, "data": None, "options": None,
+        "handler": name, "data": None, "options": None, "trigger_link": None,
     }
     base.update(values)
     return tuple(base[c] for c in COLUMNS)
@@ -536,14 +536,15 @@ def test_oracle_binds_the_clob_payload_as_a_clob(oracle: Rig) -> None:
 def test_oracle_reschedule_stores_the_instant_in_utc(oracle: Rig) -> None:
     _workout(oracle)
     call = oracle.db.one(
-        r"^UPDATE \S+ SET next_process_at=:next_process_at, attempt=:attempt WHERE")
+        r"^UPDATE \S+ SET next_process_at=:next_process_at, attempt=:attempt, "
+        r"trigger_link=:trigger_link WHERE")
     (at,) = [v for v in call.params.values() if isinstance(v, datetime) and v.year == 2032]
     assert at == datetime(2032, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
 
 
 def test_mssql_timestamps_are_bound_as_naive_utc(mssql: Rig) -> None:
     _workout(mssql)
-    call = mssql.db.one(r"^UPDATE \S+ SET next_process_at=\?, attempt=\? WHERE")
+    call = mssql.db.one(r"^UPDATE \S+ SET next_process_at=\?, attempt=\?, trigger_link=\? WHERE")
     assert datetime(2032, 1, 2, 1, 4, 5) in _param_values(call)  # DATETIME2 holds UTC
 
 
@@ -640,8 +641,7 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
                        "prev_last_started_at=dbscheduler_due.last_started_at"):
         assert assignment in sql, assignment
     assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
-    assert sql.endswith("inserted.prev_last_started_at, inserted.handler, inserted.data, "
-                        "inserted.options"), sql
+    assert sql.endswith(", ".join(f"inserted.{c}" for c in COLUMNS[-5:])), sql
     assert NODE in _param_values(call) and 30.25 in _param_values(call)
     # Result: every column, processed (aware UTC, bool), with the previous values.
     assert set(picked) == set(COLUMNS)
@@ -788,8 +788,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
         assert not re.search(absent, sql, re.M), absent
     # Statements end with SQL*Plus's "/" line, and identifiers fit Oracle's 128 bytes.
     # 0001: four statements; 0002: four columns, an index, the version update; 0003: three
-    # columns, the handler update, an index, the version update; the COMMIT
-    assert sql.count("\n/\n") == 17
+    # columns, the handler update, an index, the version update; 0007: a column, the version
+    # update; the COMMIT
+    assert sql.count("\n/\n") == 19
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 
@@ -805,3 +806,17 @@ def test_dialect_for_returns_the_completed_dialects() -> None:
     db = FakeDB()
     assert type(dialect_for(_engine("mssql", db))).__name__ == "MSSQLDialect"
     assert type(dialect_for(_engine("oracle", db))).__name__ == "OracleDialect"
+
+
+def test_a_trigger_in_a_trace_stores_its_link_with_the_next_token(rig: Rig) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    _trace_links.install(lambda: parent)
+    try:
+        ops(rig.store).trigger(NAMES[0])
+    finally:
+        _trace_links.install(None)
+    (update,) = [c for c in _executed(rig.db) if c.sql.startswith("UPDATE")]
+    assert parent not in update.sql and f"{parent} " in _param_values(update)
+    concat = {"mssql": r"\+ CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR\(20\)\)",
+              "oracle": r"\|\| CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR2?\(20( CHAR)?\)\)"}
+    assert re.search(r"trigger_link=\S+ " + concat[rig.backend], update.sql), update.sql
