@@ -16,6 +16,7 @@ from ._faults import FaultLog
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat, safety_margin
 from ._store import Store, decode_state, decode_state_safe
+from ._trace_links import for_token
 from ._wakeup import Wakeup
 from .context import UNSET, TaskContext
 from .errors import SchemaMissing
@@ -262,6 +263,7 @@ def prepare(
         state=state,
         data=decode_state_safe(row.get("data"))[0],
         fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name),
+        triggered_by=for_token(row.get("trigger_link"), int(row["total_attempt"])),
     )
     return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), state_error
 

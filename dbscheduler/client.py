@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import _faultpoints
+from . import _faultpoints, _trace_links
 from . import batches as _batches
 from ._durations import duration
 from ._store import (
@@ -222,10 +222,20 @@ class Client:
     def trigger(self, name: str) -> None:
         """Make ``name`` due now; nodes listening on PostgreSQL wake at once.
 
+        Called inside a traced span (with :func:`dbscheduler.tracing.link_triggers` on, or an
+        :class:`~dbscheduler.tracing.OpenTelemetryTracing` in this process), the execution it
+        makes due links its span to that one.
+
         Raises :class:`~dbscheduler.TaskRunning` while it runs (its next time is then its
         lease; ``cancel`` first if needed).
         """
-        self._update_idle(name, "trigger it", next_process_at=db_now(), attempt=0)
+        t = self._store.table
+        parent = _trace_links.current()
+        # The link is for the next pick only, which takes the token total_attempt + 1.
+        link = None if parent is None else (
+            sa.literal(f"{parent} ") + sa.cast(t.c.total_attempt + 1, sa.String(20)))
+        self._update_idle(name, "trigger it", next_process_at=db_now(), attempt=0,
+                          trigger_link=link)
 
     def reschedule(self, name: str, at: datetime) -> None:
         """Set the next due time of ``name`` to the aware datetime ``at``.
@@ -239,7 +249,8 @@ class Client:
                 f"reschedule {name!r}: at={at.isoformat()} is naive; pass an aware datetime "
                 "(e.g. with tzinfo=timezone.utc)"
             )
-        self._update_idle(name, "reschedule it", next_process_at=at, attempt=0)
+        self._update_idle(name, "reschedule it", next_process_at=at, attempt=0,
+                          trigger_link=None)
 
     def pause(self, name: str) -> None:
         """Never pick ``name`` again, on any node, until :meth:`resume`. A running execution

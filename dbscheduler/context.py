@@ -88,6 +88,10 @@ class TaskContext:
     fence: Fence | None = field(default=None, repr=False, compare=False)
     """This execution's hold on its row (what :meth:`fenced` checks); ``None`` outside a
     scheduler's execution."""
+    triggered_by: str | None = None
+    """The W3C ``traceparent`` of the span :meth:`~dbscheduler.Client.trigger` was called in,
+    when this execution is the one that trigger made due and trace links are on (see
+    :func:`dbscheduler.tracing.link_triggers`); else ``None``."""
 
     def fenced(self, target: Engine | Connection) -> AbstractContextManager[Connection]:
         """A transaction on ``target`` (an engine or a connection to the scheduler's database)

@@ -65,7 +65,7 @@ MAX_OPTIONS_LENGTH = 2000
 MAX_ITEM_BYTES = MAX_STATE_BYTES
 """Largest batch item (``push``), in bytes of UTF-8 JSON."""
 
-REVISION = 6
+REVISION = 7
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 GROUPS_SUFFIX = "_groups"
@@ -114,7 +114,8 @@ def make_table(
     runtime columns (:func:`runtime_columns`); 4 the execution controls
     (:func:`control_columns`; the limits live in :func:`make_groups_table`); 5 the alert
     columns (:func:`alert_columns`) next to the run history (:func:`make_runs_table`); 6
-    no column: the batch items table (:func:`make_items_table`).
+    no column: the batch items table (:func:`make_items_table`); 7 the trigger's trace link
+    (:func:`trigger_columns`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -167,6 +168,7 @@ def make_table(
         *(runtime_columns() if revision >= 3 else []),
         *(control_columns() if revision >= 4 else []),
         *(alert_columns() if revision >= 5 else []),
+        *(trigger_columns() if revision >= 7 else []),
         sa.UniqueConstraint("queue_name", name=f"{name}_uq"),
         sa.Index(f"{name}_next_idx", "next_process_at"),
         *([sa.Index(f"{name}_claim_idx", "claim")] if revision >= 2 else []),
@@ -389,6 +391,17 @@ def make_items_table(qualified_name: str = DEFAULT_TABLE,
         schema=schema,
         **table_options(),
     )
+
+
+TRIGGER_LINK_LENGTH = 128
+"""Longest ``trigger_link``: a W3C ``traceparent`` (55 characters), a space and a token."""
+
+
+def trigger_columns() -> list[sa.Column[Any]]:
+    """The column revision 7 adds: the trace context ``trigger()`` was called in, and the
+    fencing token of the execution it made due (``"<traceparent> <token>"``), so that this
+    execution's span links to the caller's and no later one does."""
+    return [sa.Column("trigger_link", sa.String(TRIGGER_LINK_LENGTH), nullable=True)]
 
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)

@@ -14,6 +14,10 @@ row's ``total_attempt``), ``dbscheduler.scheduled_at`` (ISO 8601, database clock
 success (error, lost, cancelled). A failure sets the
 span's status to error and records the exception. Spans the task function opens itself (an
 HTTP call, a database query) nest under it, for thread and coroutine tasks alike.
+
+An execution made due by ``trigger()`` called inside a span — in this process or any other
+with :func:`link_triggers` on — carries a link to that span, so a trace of "who ran this now"
+leads from the request that asked to the run it caused.
 """
 
 from __future__ import annotations
@@ -22,15 +26,41 @@ import threading
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, StatusCode, TracerProvider
+from opentelemetry.trace import Link, Span, StatusCode, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__
+from . import __version__, _trace_links
 from .context import TaskContext
 from .listeners import Listener, Outcome
 
-__all__ = ["OpenTelemetryTracing"]
+__all__ = ["OpenTelemetryTracing", "link_triggers"]
 
 _FAILED = ("error", "lost")
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _caller_traceparent() -> str | None:
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)  # nothing when no valid span is current
+    return carrier.get("traceparent")
+
+
+def link_triggers(enabled: bool = True) -> None:
+    """Store the current span's context with every ``trigger()`` this process makes, so the
+    execution it causes links to it. :class:`OpenTelemetryTracing` turns this on; a process
+    that only triggers (a web app, a script) calls it once.
+
+    >>> link_triggers()
+    """
+    _trace_links.install(_caller_traceparent if enabled else None)
+
+
+def _link(traceparent: str | None) -> list[Link]:
+    if traceparent is None:
+        return []
+    context = trace.get_current_span(_PROPAGATOR.extract({"traceparent": traceparent}))
+    span_context = context.get_span_context()
+    return [Link(span_context)] if span_context.is_valid else []
 
 
 class OpenTelemetryTracing(Listener):
@@ -39,9 +69,13 @@ class OpenTelemetryTracing(Listener):
     Args:
         tracer_provider: where spans go; default the global provider
             (``opentelemetry.trace.set_tracer_provider``).
+        link_triggers: also turn on :func:`link_triggers` for this process.
     """
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(self, tracer_provider: TracerProvider | None = None, *,
+                 link_triggers: bool = True) -> None:
+        if link_triggers:
+            _trace_links.install(_caller_traceparent)
         self._tracer = trace.get_tracer("dbscheduler", __version__,
                                         tracer_provider=tracer_provider)
         self._lock = threading.Lock()
@@ -51,6 +85,7 @@ class OpenTelemetryTracing(Listener):
         lag_ms = max(0.0, (ctx.started_at - ctx.scheduled_at).total_seconds() * 1000)
         span = self._tracer.start_span(
             f"dbscheduler.run {ctx.name}",
+            links=_link(ctx.triggered_by),
             attributes={
                 "dbscheduler.task": ctx.name,
                 "dbscheduler.node": ctx.node_id,

@@ -207,6 +207,16 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0006 -> dbscheduler_0007
+
+ALTER TABLE scheduled_tasks ADD trigger_link VARCHAR(128) NULL;
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0006';
+
+GO
+
 COMMIT;
 
 GO

@@ -201,6 +201,16 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0006 -> dbscheduler_0007
+
+ALTER TABLE scheduled_tasks ADD trigger_link VARCHAR2(128 CHAR)
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0006'
+
+/
+
 COMMIT
 
 /

@@ -135,5 +135,11 @@ CREATE INDEX scheduled_tasks_items_task_idx ON scheduled_tasks_items (task_name,
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0006' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0005';
 
+-- Running upgrade dbscheduler_0006 -> dbscheduler_0007
+
+ALTER TABLE scheduled_tasks ADD COLUMN trigger_link VARCHAR(128);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0006';
+
 COMMIT;
 

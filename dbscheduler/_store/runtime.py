@@ -146,6 +146,8 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             alert_after=row.alert_after,
             next_process_at=sa.case((idle, first), else_=t.c.next_process_at),
             attempt=sa.case((idle, 0), else_=t.c.attempt),
+            # A trigger's trace link belongs to the due time this replaces.
+            trigger_link=sa.case((idle, sa.null()), else_=t.c.trigger_link),
         )
     )
     with store.autocommit() as conn:

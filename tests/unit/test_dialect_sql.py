@@ -28,7 +28,7 @@ import oracledb
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import FixedRate
+from dbscheduler import FixedRate, _trace_links
 from dbscheduler._store import (
     FinishWrite,
     Registration,
@@ -323,6 +323,7 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "prev_locked_by": None, "prev_next_process_at": None, "prev_last_started_at": None,
         "handler": name, "data": None, "options": None, "priority": 0, "task_group": None,
         "requires": None, "last_success_at": None, "alert_after": None, "alerted_at": None,
+        "trigger_link": None,
     }
     base.update(values)
     return tuple(base[c] for c in COLUMNS)
@@ -573,14 +574,15 @@ def test_oracle_binds_the_clob_payload_as_a_clob(oracle: Rig) -> None:
 def test_oracle_reschedule_stores_the_instant_in_utc(oracle: Rig) -> None:
     _workout(oracle)
     call = oracle.db.one(
-        r"^UPDATE \S+ SET next_process_at=:next_process_at, attempt=:attempt WHERE")
+        r"^UPDATE \S+ SET next_process_at=:next_process_at, attempt=:attempt, "
+        r"trigger_link=:trigger_link WHERE")
     (at,) = [v for v in call.params.values() if isinstance(v, datetime) and v.year == 2032]
     assert at == datetime(2032, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
 
 
 def test_mssql_timestamps_are_bound_as_naive_utc(mssql: Rig) -> None:
     _workout(mssql)
-    call = mssql.db.one(r"^UPDATE \S+ SET next_process_at=\?, attempt=\? WHERE")
+    call = mssql.db.one(r"^UPDATE \S+ SET next_process_at=\?, attempt=\?, trigger_link=\? WHERE")
     assert datetime(2032, 1, 2, 1, 4, 5) in _param_values(call)  # DATETIME2 holds UTC
 
 
@@ -838,8 +840,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
     # columns, the handler update, an index, the version update; 0004: three columns, an
     # index, the groups table, the version update; 0005: three columns, the last-success
     # update, an index, the runs table and its two indexes, the version update; 0006: the
-    # items table, two indexes, the version update; the COMMIT
-    assert sql.count("\n/\n") == 36
+    # items table, two indexes, the version update; 0007: a column, the version update; the
+    # COMMIT
+    assert sql.count("\n/\n") == 38
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 
@@ -982,3 +985,15 @@ def test_the_lateness_check_is_one_union_of_index_reads(rig: Rig) -> None:
     assert "alerted_at IS NULL" in text and "alert_after IS NOT NULL" in text
     assert "coalesce(scheduled_tasks.last_success_at, scheduled_tasks.created_at) <" in text
     assert -90.0 in _param_values(call)
+def test_a_trigger_in_a_trace_stores_its_link_with_the_next_token(rig: Rig) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    _trace_links.install(lambda: parent)
+    try:
+        ops(rig.store).trigger(NAMES[0])
+    finally:
+        _trace_links.install(None)
+    (update,) = [c for c in _executed(rig.db) if c.sql.startswith("UPDATE")]
+    assert parent not in update.sql and f"{parent} " in _param_values(update)
+    concat = {"mssql": r"\+ CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR\(20\)\)",
+              "oracle": r"\|\| CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR2?\(20( CHAR)?\)\)"}
+    assert re.search(r"trigger_link=\S+ " + concat[rig.backend], update.sql), update.sql
