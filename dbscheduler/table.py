@@ -8,7 +8,6 @@ dialects' business: :mod:`dbscheduler.dialects.types`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
@@ -28,20 +27,13 @@ from .dialects.types import (
 __all__ = [
     "COLUMNS",
     "DEFAULT_TABLE",
-    "ITEM_COLUMNS",
     "MAX_ERROR_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_STATE_BYTES",
     "RESERVED_PREFIX",
     "RUN_STATUSES",
     "control_columns",
-    "groups_table_name",
-    "items_table_name",
-    "make_groups_table",
-    "make_items_table",
-    "make_runs_table",
     "make_table",
-    "runs_table_name",
     "split_table_name",
 ]
 
@@ -68,8 +60,6 @@ MAX_ITEM_BYTES = MAX_STATE_BYTES
 REVISION = 7
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
-GROUPS_SUFFIX = "_groups"
-"""The group-limit table of ``<table>`` is ``<table>_groups``."""
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
 """The values of the run history's ``status`` column."""
 RESERVED_PREFIX = "dbscheduler."
@@ -112,10 +102,10 @@ def make_table(
     answer was lost, or a database without ``RETURNING``, reads them back), and widens
     ``payload`` where the first one could not hold :data:`MAX_STATE_BYTES`; 3 adds the
     runtime columns (:func:`runtime_columns`); 4 the execution controls
-    (:func:`control_columns`; the limits live in :func:`make_groups_table`); 5 the alert
-    columns (:func:`alert_columns`) next to the run history (:func:`make_runs_table`); 6
-    no column: the batch items table (:func:`make_items_table`); 7 the trigger's trace link
-    (:func:`trigger_columns`).
+    (:func:`control_columns`; the limits live in ``<table>_groups``); 5 the alert columns
+    (:func:`alert_columns`) next to the run history ``<table>_runs``; 6 no column: the batch
+    items table ``<table>_items`` (those three: :mod:`dbscheduler.companion_tables`); 7 the
+    trigger's trace link (:func:`trigger_columns`).
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'
@@ -248,42 +238,6 @@ def control_columns() -> list[sa.Column[Any]]:
     ]
 
 
-def groups_table_name(qualified_name: str) -> str:
-    """``<table>_groups`` with the same schema. A table name too long for the suffix within
-    63 characters is shortened, with a hash of the full name kept unique.
-
-    >>> groups_table_name("ops.jobs")
-    'ops.jobs_groups'
-    """
-    schema, name = split_table_name(qualified_name)
-    grouped = f"{name}{GROUPS_SUFFIX}"
-    if len(grouped) > 63:
-        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-        grouped = f"{name[:63 - len(GROUPS_SUFFIX) - 9]}_{digest}{GROUPS_SUFFIX}"
-    return f"{schema}.{grouped}" if schema else grouped
-
-
-def make_groups_table(qualified_name: str = DEFAULT_TABLE,
-                      metadata: sa.MetaData | None = None) -> sa.Table:
-    """The table of group limits of the scheduler table ``qualified_name``: one row per
-    limited group, ``max_running`` its cap across the cluster. A group without a row has no
-    limit.
-
-    >>> make_groups_table("jobs").name
-    'jobs_groups'
-    """
-    schema, name = split_table_name(groups_table_name(qualified_name))
-    return sa.Table(
-        name,
-        metadata if metadata is not None else sa.MetaData(),
-        sa.Column("name", name_type(MAX_NAME_LENGTH), primary_key=True),
-        sa.Column("max_running", sa.Integer(), nullable=False),
-        sa.Column("updated_at", UTCDateTime(), nullable=True),
-        schema=schema,
-        **table_options(),
-    )
-
-
 def alert_columns() -> list[sa.Column[Any]]:
     """The columns revision 5 adds for lateness alerts.
 
@@ -300,99 +254,6 @@ def alert_columns() -> list[sa.Column[Any]]:
     ]
 
 
-def runs_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
-    """The run history's table for a tasks table: ``<table>_runs``, in the same schema.
-
-    >>> runs_table_name("ops.jobs")
-    'ops.jobs_runs'
-    """
-    schema, name = split_table_name(qualified_name)
-    return f"{schema}.{name}_runs" if schema else f"{name}_runs"
-
-
-def make_runs_table(
-    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None
-) -> sa.Table:
-    """Build the run history of the tasks table ``qualified_name``: ``<table>_runs``, one row
-    per finished execution (revision 5).
-
-    A row is identified by its execution: ``(task_name, token, started_at)`` is unique (a
-    task deleted and created again starts its tokens anew, at a later time), so a row can be
-    written before the finish it belongs to and found again by whoever settles it. The index
-    on ``(task_name, finished_at)`` serves a task's newest runs and its count limit, the one
-    on ``finished_at`` the newest runs of all tasks and the age limit.
-
-    >>> make_runs_table("jobs").name
-    'jobs_runs'
-    """
-    schema, name = split_table_name(qualified_name)
-    runs = f"{name}_runs"
-    return sa.Table(
-        runs,
-        metadata if metadata is not None else sa.MetaData(),
-        sa.Column("id", id_type(), sa.Identity(), primary_key=True),
-        sa.Column("task_name", name_type(MAX_NAME_LENGTH), nullable=False),
-        sa.Column("token", sa.BigInteger(), nullable=False),
-        sa.Column("attempt", sa.Integer(), nullable=False),
-        sa.Column("node_id", sa.Unicode(255), nullable=False),
-        sa.Column("scheduled_at", UTCDateTime(), nullable=False),
-        sa.Column("started_at", UTCDateTime(), nullable=False),
-        sa.Column("finished_at", UTCDateTime(), nullable=False),
-        sa.Column("status", sa.Unicode(16), nullable=False),
-        sa.Column("error", sa.Unicode(MAX_ERROR_LENGTH), nullable=True),
-        sa.UniqueConstraint("task_name", "token", "started_at", name=f"{runs}_uq"),
-        sa.Index(f"{runs}_task_idx", "task_name", "finished_at"),
-        sa.Index(f"{runs}_time_idx", "finished_at"),
-        schema=schema,
-        **table_options(),
-    )
-
-
-def items_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
-    """``<table>_items``, in the tasks table's schema: where pushed batch items wait.
-
-    >>> items_table_name("ops.jobs")
-    'ops.jobs_items'
-    """
-    schema, name = split_table_name(qualified_name)
-    # The suffix must keep the name a plain identifier of at most 63 characters.
-    items = f"{name[:57]}_items"
-    return f"{schema}.{items}" if schema else items
-
-
-def make_items_table(qualified_name: str = DEFAULT_TABLE,
-                     metadata: sa.MetaData | None = None) -> sa.Table:
-    """The batch items table of the tasks table ``qualified_name`` (revision 6 on).
-
-    One row per pushed item, waiting for the delivery of its key's row (``task_name``, the
-    tasks table's ``queue_name``): ``id`` is the push order; ``due_at`` and ``moves`` are what
-    the push asked of the key's due time (``ontime``; ``update="always"``), so that the due
-    time of items pushed while a delivery runs is known when it ends; ``pushed_at`` (database
-    clock) tells a delivery which items were pushed before it was picked.
-
-    >>> make_items_table("jobs").name
-    'jobs_items'
-    """
-    schema, name = split_table_name(items_table_name(qualified_name))
-    metadata = metadata if metadata is not None else sa.MetaData()
-    return sa.Table(
-        name,
-        metadata,
-        sa.Column("id", id_type(), sa.Identity(), primary_key=True),
-        sa.Column("task_name", name_type(MAX_NAME_LENGTH), nullable=False),
-        sa.Column("handler", name_type(MAX_NAME_LENGTH), nullable=False),
-        sa.Column("batch_key", name_type(MAX_NAME_LENGTH), nullable=False),
-        sa.Column("item", state_type(), nullable=True),
-        sa.Column("due_at", UTCDateTime(), nullable=False),
-        sa.Column("moves", Flag(), nullable=False, server_default=FalseDefault()),
-        sa.Column("pushed_at", UTCDateTime(), nullable=False),
-        sa.Index(f"{name}_task_idx", "task_name", "id"),
-        sa.Index(f"{name}_key_idx", "handler", "batch_key"),
-        schema=schema,
-        **table_options(),
-    )
-
-
 TRIGGER_LINK_LENGTH = 128
 """Longest ``trigger_link``: a W3C ``traceparent`` (55 characters), a space and a token."""
 
@@ -406,5 +267,4 @@ def trigger_columns() -> list[sa.Column[Any]]:
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)
 """The column names, in table order; a table missing one of them is rejected at start-up."""
-ITEM_COLUMNS: tuple[str, ...] = tuple(c.name for c in make_items_table().columns)
 """The batch items table's column names, in table order."""

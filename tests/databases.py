@@ -20,7 +20,7 @@ from functools import cache
 
 import sqlalchemy as sa
 
-from dbscheduler.table import groups_table_name
+from dbscheduler.companion_tables import groups_table_name
 
 LOCAL = {
     "postgresql": ("127.0.0.1", 5432, "postgresql+psycopg://postgres@127.0.0.1:5432/test"),

@@ -24,7 +24,8 @@ import sqlalchemy as sa
 from alembic import context, op
 
 from dbscheduler.migrate import table_name_from
-from dbscheduler.table import alert_columns, make_runs_table, make_table
+from dbscheduler.table import alert_columns, make_table
+from dbscheduler.companion_tables import make_runs_table
 
 revision = "dbscheduler_0005"
 down_revision = "dbscheduler_0004"

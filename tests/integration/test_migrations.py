@@ -17,8 +17,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from dbscheduler.companion_tables import ITEM_COLUMNS
 from dbscheduler.migrate import HEAD, upgrade, version_table_for
-from dbscheduler.table import COLUMNS, ITEM_COLUMNS
+from dbscheduler.table import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
