@@ -3,9 +3,12 @@ database in Docker Compose or Kubernetes)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -13,7 +16,7 @@ from .dialects import Dialect
 from .errors import DatabaseUnreachable
 from .logfields import engine_log
 
-__all__ = ["retry_unreachable"]
+__all__ = ["retry_unreachable", "run_until_signal"]
 
 log = engine_log("dbscheduler")
 
@@ -53,3 +56,29 @@ def retry_unreachable(
             if abort.wait(min(pause, left)):
                 raise unreachable from exc
             pause = min(pause * 2, 5.0)
+
+
+def run_until_signal(start: Callable[[], None], shutdown: Callable[[float], None],
+                     stopped: threading.Event, node_id: str, shutdown_timeout: float) -> None:
+    """:meth:`Scheduler.run`: start, block until SIGINT or SIGTERM (or a shutdown from
+    another thread), then shut down gracefully; the previous signal handlers come back."""
+    previous: dict[signal.Signals, Any] = {}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name,
+                 extra={"node": node_id})
+        threading.Thread(target=shutdown, args=(shutdown_timeout,),
+                         name="dbscheduler-shutdown").start()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handle)
+    try:
+        start()
+        while not stopped.wait(0.5):
+            pass
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if not stopped.is_set():
+            shutdown(shutdown_timeout)

@@ -6,14 +6,13 @@ It is thin: it validates, wires the engine's parts together, and delegates SQL t
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections import ChainMap
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from types import FrameType, TracebackType
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -28,7 +27,7 @@ from ._heartbeat import Heartbeat
 from ._isolation import warm_up
 from ._operations import Operations
 from ._poller import Poller
-from ._startup import retry_unreachable
+from ._startup import retry_unreachable, run_until_signal
 from ._store import Store
 from ._wakeup import NotifyListener, Wakeup
 from .alerts import AlertWatch
@@ -335,27 +334,8 @@ class Scheduler(Declarations, Operations, Batching):
     def run(self, shutdown_timeout: float = 30) -> None:
         """Start and block until SIGINT or SIGTERM (or :meth:`shutdown` from another thread),
         then shut down gracefully."""
-        previous: dict[signal.Signals, Any] = {}
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            log.info("received %s; shutting down", signal.Signals(signum).name,
-                     extra={"node": self.node_id})
-            threading.Thread(
-                target=self.shutdown, args=(shutdown_timeout,), name="dbscheduler-shutdown"
-            ).start()
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, handle)
-        try:
-            self.start()
-            while not self._stopped.wait(0.5):
-                pass
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-            if not self._stopped.is_set():
-                self.shutdown(shutdown_timeout)
+        run_until_signal(self.start, self.shutdown, self._stopped, self.node_id,
+                         shutdown_timeout)
 
     def health(self, timeout: float = 5.0) -> Health:
         """This node's :class:`~dbscheduler.Health` for liveness and readiness probes: the
