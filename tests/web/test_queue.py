@@ -25,6 +25,11 @@ from dbscheduler.web import create_app
 from tests.web.conftest import WITH_MARIADB, wait_for
 
 
+def no_keys(source: Any) -> bool:
+    """No row but the built-in tasks' (a delivered key's row is gone)."""
+    return not [t for t in source.tasks() if not t.builtin]
+
+
 @dataclass
 class Received:
     method: str
@@ -127,7 +132,7 @@ def test_pushed_items_are_merged_and_posted_as_one_json_array(
         "POST", "/digest?user=42", [{"n": i, "text": "ünï"} for i in range(3)])
     assert (two.method, two.items) == ("PUT", ["other"])
     assert one.attempt == "1" and unquote(one.batch or "").startswith("dbscheduler.http/digest-42")
-    wait_for(lambda: node.tasks() == [], what="the delivered keys to go")
+    wait_for(lambda: no_keys(node), what="the delivered keys to go")
     time.sleep(0.3)
     assert len(receiver.got) == 2
 
@@ -151,7 +156,7 @@ def test_a_failing_target_gets_the_same_items_again_with_a_higher_attempt(
     http.post(queue_path("k", receiver.base + "/flaky"), params={"ontime": 0}, json="a")
     got = receiver.wait(3, timeout=20)  # GeometricBackoff(1 s, …): 1 s, then 2 s
     assert [(r.attempt, r.items) for r in got] == [("1", ["a"]), ("2", ["a"]), ("3", ["a"])]
-    wait_for(lambda: node.tasks() == [], what="the key to go after its success")
+    wait_for(lambda: no_keys(node), what="the key to go after its success")
 
 
 def test_a_redirect_is_a_failure_and_is_not_followed(
