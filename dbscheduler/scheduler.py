@@ -131,12 +131,10 @@ class Scheduler(Declarations, Operations, Batching):
         else:
             prepare_engine(engine)
         self.engine = engine
-        self._store = Store(engine, table)
+        self._store = Store(engine, table, history=self.history is not None)
         self._store.tags = node_tags(tags, self.node_id)
         self.tags = self._store.tags
         """This node's tags (its id among them): it runs rows requiring one, or none."""
-        self.client = Client(engine=engine, table=table)
-        self._store = Store(engine, table, history=self.history is not None)
         self.client = Client(engine=engine, table=table, overdue_after=self.overdue_after)
         """The :class:`Client` on this scheduler's table: every operation, also from code
         that holds the scheduler."""
