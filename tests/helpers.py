@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from dbscheduler import Scheduler
+from dbscheduler import Client, Scheduler, TaskInfo
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10, what: str = "") -> None:
@@ -18,6 +18,16 @@ def wait_until(condition: Callable[[], object], timeout: float = 10, what: str =
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
         time.sleep(0.02)
+
+
+def user_rows(source: Client | Scheduler) -> list[TaskInfo]:
+    """The rows of ``source``'s table but the built-in tasks' (``dbscheduler.prune-runs``)."""
+    return [t for t in source.tasks() if not t.builtin]
+
+
+def no_keys(source: Client | Scheduler) -> bool:
+    """No row but the built-in tasks' (a delivered key's row is gone)."""
+    return not user_rows(source)
 
 
 @contextmanager

@@ -300,6 +300,7 @@ def test_shutdown_while_start_is_registering_stops_the_node(tmp_path: Any) -> No
         time.sleep(1.0)  # registration calls this: start() takes a second
         return datetime.now(timezone.utc) + timedelta(hours=1)
 
+    earlier = set(threading.enumerate())  # an earlier test's drain may still be ending
     s = Scheduler(f"sqlite:///{tmp_path / 'db.sqlite3'}", node_id="early", poll_interval=0.1)
     s.add("slow-to-register", lambda: None, schedule=Dynamic(first_run_slowly))
     errors: list[BaseException] = []
@@ -319,6 +320,14 @@ def test_shutdown_while_start_is_registering_stops_the_node(tmp_path: Any) -> No
     stopping.join(10)
     try:
         assert not errors, f"start/shutdown raised: {errors!r}"
-        wait_until(lambda: not engine_threads(), 5, "the engine threads to end")
+
+        def left() -> list[str]:
+            return [t.name for t in set(threading.enumerate()) - earlier
+                    if t.name.startswith("dbscheduler-")]
+
+        deadline = time.monotonic() + 10
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left(), f"engine threads still running 10 s after the shutdown: {left()}"
     finally:
         s.shutdown(timeout=1)  # if the first one failed, stop it for real

@@ -27,14 +27,9 @@ from dbscheduler import (
     TaskContext,
 )
 from dbscheduler.companion_tables import make_items_table
-from tests.helpers import wait_until
+from tests.helpers import no_keys, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
-
-
-def no_keys(source: Any) -> bool:
-    """No row but the built-in tasks' (a delivered key's row is gone)."""
-    return not [t for t in source.tasks() if not t.builtin]
 
 
 @dataclass

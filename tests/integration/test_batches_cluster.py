@@ -13,7 +13,7 @@ import pytest
 
 from dbscheduler import Client
 from tests.harness.cluster import cluster
-from tests.helpers import wait_until
+from tests.helpers import no_keys, wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])]
@@ -64,7 +64,7 @@ def test_a_node_killed_mid_delivery_leaves_its_items_to_another_node(
             assert not any(e["event"] == "deliver_end" and e["node"] == victim
                            for e in c.events())
             c.wait_for(lambda ev: True, 0.1, "")
-            assert client.batches() == [] and client.tasks() == []
+            assert client.batches() == [] and no_keys(client)
 
 
 def test_two_nodes_pushing_and_delivering_lose_nothing_and_deliver_nothing_twice(
@@ -88,7 +88,7 @@ def test_two_nodes_pushing_and_delivering_lose_nothing_and_deliver_nothing_twice
         with Client(url, table=table) as client:
             # A push whose item went with an earlier delivery may have created its key's row
             # after that delivery ended: the row's own, empty, delivery removes it.
-            wait_until(lambda: client.batches() == [] and client.tasks() == [], 30,
+            wait_until(lambda: client.batches() == [] and no_keys(client), 30,
                        "every key and row to go")
         exits = c.stop_all()
         assert all(x.code == 0 for x in exits.values()), exits
@@ -109,4 +109,4 @@ def test_two_nodes_pushing_and_delivering_lose_nothing_and_deliver_nothing_twice
                 mine = [int(i.split("-")[1]) for i in e["items"] if i.startswith(node + "-")]
                 assert mine == sorted(mine), e
         with Client(url, table=table) as client:
-            assert client.batches() == [] and client.tasks() == []
+            assert client.batches() == [] and no_keys(client)

@@ -18,7 +18,7 @@ import pytest
 
 from dbscheduler import Client
 from tests.harness.cluster import Cluster, cluster
-from tests.helpers import wait_until
+from tests.helpers import no_keys, user_rows, wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])]
@@ -74,7 +74,7 @@ def test_a_push_frozen_after_its_item_blocks_nobody_and_its_item_is_delivered_on
         # Thawed, the push ends (its row statement finds no key and creates one, which its
         # empty delivery removes): nothing is delivered again.
         c.wait_for(lambda ev: any(e["event"] == "pushed" for e in ev), 20, "the push to end")
-        wait_until(lambda: client.tasks() == [], 20, "the empty key's row to go")
+        wait_until(lambda: no_keys(client), 20, "the empty key's row to go")
         time.sleep(0.5)
         assert delivered(c.events()) == Counter({"a-0": 1, "late": 1})
 
@@ -91,13 +91,13 @@ def test_a_delivery_frozen_after_removing_its_items_is_never_delivered_again(
             client.push("k", i, handler="digest", ontime=at, update="once")
         wait_until(lambda: stopped(c, "a"), 20, "the node to freeze after removing its items")
         # Frozen before its finish: the row is still leased to it, its items are gone.
-        (row,) = client.tasks()
+        (row,) = user_rows(client)
         assert row.locked_by == "a" and client.batches() == []
         c.start("b", *NODE_ARGS)
         client.push("k2", "other", handler="digest")  # b delivers meanwhile
         c.wait_for(lambda ev: delivered(ev)["other"] == 1, 20, "b to deliver another key")
         # Once a's lease runs out, b takes the key over: an empty delivery removes it.
-        wait_until(lambda: client.tasks() == [], 20, "b to remove the key a left")
+        wait_until(lambda: no_keys(client), 20, "b to remove the key a left")
         os.kill(c.nodes["a"].pid, signal.SIGCONT)
         c.wait_for(lambda ev: any(e["event"] == "finished" and e["node"] == "a"
                                   for e in ev), 20, "a's finish after it thawed")
@@ -107,4 +107,4 @@ def test_a_delivery_frozen_after_removing_its_items_is_never_delivered_again(
                 if e["event"] == "lost_execution"] == [("b", "a")], "b took the key over"
         assert not [e for e in events if e["event"] == "deliver_start" and e["node"] == "b"
                     and e["task"] == "digest/k"], "b found nothing left to deliver"
-        assert client.tasks() == [] and client.batches() == []
+        assert no_keys(client) and client.batches() == []

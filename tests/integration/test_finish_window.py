@@ -42,9 +42,10 @@ def test_a_slow_hand_over_to_the_finisher_does_not_re_pick_the_row(
     def work(ctx: TaskContext) -> None:
         runs.append(ctx.total_attempt)
         if len(runs) == 1:
-            time.sleep(1.3)  # longer than the lease; ignores stop_requested
+            time.sleep(2.6)  # longer than the lease; ignores stop_requested
 
-    scheduler = Scheduler(url, table=table, lease=1, poll_interval=0.05)
+    # A lease of 2 s, not less: on a loaded machine the first start may come a second late.
+    scheduler = Scheduler(url, table=table, lease=2, poll_interval=0.05)
     scheduler.add("slow", work, schedule=FixedDelay(3600))
     scheduler.add_listener(Lost())
     with running(scheduler):

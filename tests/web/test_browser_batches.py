@@ -18,8 +18,6 @@ from dbscheduler import LinearBackoff, Scheduler, TaskContext
 from tests.web.conftest import wait_for
 from tests.web.test_browser import SHOTS, Server, Watch, confirm, wait_for_refresh
 
-LATER = time.time() + 3600
-
 
 @pytest.fixture
 def backend() -> str:
@@ -50,16 +48,18 @@ def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
         raise ConnectionError("smtp.example.com refused the connection")
 
     scheduler.start()
+    # An hour from now, taken here, not at import: xdist may collect this file minutes earlier.
+    later = time.time() + 3600
     for i in range(3):
-        scheduler.push("ann@example.com", {"n": i}, handler="digest", ontime=LATER,
+        scheduler.push("ann@example.com", {"n": i}, handler="digest", ontime=later,
                        update="once")
-    scheduler.push("bob@example.com", {"n": 1}, handler="digest", ontime=LATER + 600)
+    scheduler.push("bob@example.com", {"n": 1}, handler="digest", ontime=later + 600)
     scheduler.push("fails@example.com", {"n": 1}, handler="digest")
     scheduler.push("slow@example.com", {"n": 1}, handler="digest")
     for i in range(2):
-        scheduler.push("-reset", {"n": i}, handler="password", ontime=LATER)
+        scheduler.push("-reset", {"n": i}, handler="password", ontime=later)
     scheduler.push("cross-42 POST 0123456789abcdef", ["x"], handler="dbscheduler.http",
-                   ontime=LATER, data={"method": "POST",
+                   ontime=later, data={"method": "POST",
                                        "url": "http://mail.internal:8025/digest?to=ann"})
     assert entered.wait(10)
     wait_for(lambda: any(b.attempt for b in scheduler.batches()), what="the failed delivery")
@@ -92,7 +92,7 @@ def test_the_batches_page_in_a_real_browser(node: Scheduler, browser: Browser) -
         assert page.locator('nav.nav a[aria-current="page"]').inner_text() == "Batches"
         ann = page.locator('tr[data-key="ann@example.com"]')
         assert ann.locator("td.items").inner_text() == "3"
-        assert re.search(r"\bin (5\dm|1h)\b", ann.inner_text()), ann.inner_text()  # ~LATER
+        assert re.search(r"\bin (5\dm|1h)\b", ann.inner_text()), ann.inner_text()  # ~later
         fails = page.locator('tr[data-key="fails@example.com"]')
         assert "failing" in fails.inner_text()
         assert "smtp.example.com refused" in fails.locator(".error-line").inner_text()

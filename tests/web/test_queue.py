@@ -22,12 +22,8 @@ from fastapi.testclient import TestClient
 from dbscheduler import Scheduler
 from dbscheduler.companion_tables import make_items_table
 from dbscheduler.web import create_app
+from tests.helpers import no_keys
 from tests.web.conftest import WITH_MARIADB, wait_for
-
-
-def no_keys(source: Any) -> bool:
-    """No row but the built-in tasks' (a delivered key's row is gone)."""
-    return not [t for t in source.tasks() if not t.builtin]
 
 
 @dataclass
