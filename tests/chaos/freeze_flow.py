@@ -159,10 +159,16 @@ def freeze_test(scenario: Callable[[Env], Report], backend: str | None = None
 
 
 def start_all(request: pytest.FixtureRequest, runner: Runner) -> None:
-    """Start every freeze scenario selected in this session at once (a few at a time, in the
-    runner's threads): each mostly waits for leases, so together they take far less time
-    than one after another."""
+    """Start every freeze scenario of this test's file selected in this session at once (a
+    few at a time, in the runner's threads): each mostly waits for leases, so together they
+    take far less time than one after another.
+
+    Only this file's: under pytest-xdist every worker collects the whole session but runs only
+    the files it is given, so a scenario of another file would run here for nothing, and would
+    still be running (sockets and all) while this worker goes on to other files."""
     for item in request.session.items:
+        if item.path != request.node.path:
+            continue
         job = getattr(getattr(item, "function", None), "freeze_scenario", None)
         if job is None:
             continue
