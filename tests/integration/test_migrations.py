@@ -120,8 +120,9 @@ def _installed_layout(site: Path) -> None:
 
 
 def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path) -> None:
-    """The guide's steps (docs/guides/alembic.md), literally, from ``alembic init`` of the installed Alembic: our
-    branch, a first revision of the user's own, and an autogenerate that leaves our table."""
+    """The guide's steps (docs/guides/alembic.md), literally, from ``alembic init`` of the
+    installed Alembic: our branch, a first revision of the user's own, and an autogenerate
+    that leaves our tables."""
     site, app = tmp_path / "site", tmp_path / "app"
     _installed_layout(site)
     app.mkdir()
