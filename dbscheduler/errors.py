@@ -45,7 +45,7 @@ class SchemaMissing(SchedulerError):
         super().__init__(
             f"{what} does not exist in {url}; create it with "
             f"`dbscheduler migrate --url '{url}' --table {table}` (or your own Alembic, "
-            "see the README)"
+            "see docs/guides/alembic.md)"
         )
         self.table = table
 

@@ -1,6 +1,6 @@
 """Creating and upgrading the table with Alembic, with dbscheduler's own version table.
 
-Two ways (README "Migrations"):
+Two ways (docs/guides/alembic.md):
 
 * ``dbscheduler migrate --url URL [--table NAME]`` — upgrades to head, recording versions in
   ``<table>_version`` so it never touches the application's ``alembic_version``;

@@ -92,7 +92,7 @@ class MySQLDialect(Dialect):
         """Every session READ COMMITTED (the pick then takes no gap locks, which made
         concurrent picks deadlock, also in autocommit); on MariaDB ``idle_transaction_timeout``
         too. MySQL has no such variable; there every engine statement is autocommit or a
-        back-to-back transaction, and the README says what to set server-side."""
+        back-to-back transaction, and docs/guides/databases.md says what to set server-side."""
         seconds = max(1, math.ceil(idle_transaction.total_seconds()))
 
         @event.listens_for(engine, "connect")

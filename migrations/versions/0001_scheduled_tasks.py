@@ -4,8 +4,9 @@ Revision ID: dbscheduler_0001
 Revises:
 Create Date: 2026-11-22
 
-The table is built by :func:`dbscheduler.table.make_table` (its revision 1), the same definition the engine and
-the ``ddl/*.sql`` files use; a test proves that what this migration creates equals it.
+The table is built by :func:`dbscheduler.table.make_table` (its revision 1), the same
+definition the engine and the ``ddl/*.sql`` files use; a test proves that what this migration
+creates equals it.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.migrate import table_name_from
 from dbscheduler.companion_tables import make_items_table
+from dbscheduler.migrate import table_name_from
 
 revision = "dbscheduler_0006"
 down_revision = "dbscheduler_0005"

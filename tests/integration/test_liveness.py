@@ -161,7 +161,7 @@ def test_scheduler_engines_bound_idle_transactions_on_the_server(
                 assert keep == "5"
             else:
                 if "mariadb" not in str(conn.exec_driver_sql("SELECT VERSION()").scalar()).lower():
-                    pytest.skip("MySQL has no idle_transaction_timeout (README)")
+                    pytest.skip("MySQL has no idle_transaction_timeout (docs/guides/databases.md)")
                 value = conn.exec_driver_sql("SELECT @@idle_transaction_timeout").scalar()
                 assert int(value) == 5
     finally:
