@@ -67,7 +67,8 @@ def test_a_group_limit_holds_across_three_nodes_is_reached_and_changes_at_run_ti
     assert _max_running(runs) <= 5
     # The raised limit applied at the next picks: 5 at once within a few seconds.
     assert _max_running(runs, since=changed + 1) == 5
-    assert len({r.node for r in runs}) >= 2, "the group is shared, not pinned to one node"
+    # Which nodes ran them is not asserted: load distribution is no guarantee (a node that
+    # wakes first may take every free slot of the group, as one did on a loaded SQLite run).
     assert {r.task for r in runs} == {f"g-{i}" for i in range(10)}
 
 
