@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
+from .._notices import due_payload
 from ..context import UNSET, Status, _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime
@@ -325,7 +326,11 @@ def _write_values(
     if notify:
         # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
         # wake them, in the same statement (identical notifications are delivered once).
-        columns.append(sa.func.pg_notify(store.channel, "").label("notified"))
+        # Its payload says who wrote what is due when: this node's listener ignores it (its
+        # poller knows already), the others take the time as a hint instead of polling.
+        columns.append(sa.func.pg_notify(
+            store.channel, sa.bindparam("n_payload", type_=sa.Unicode())).label("notified"))
+        params["n_payload"] = due_payload(node_id, min(w.next_at for w in writes))
     stmt = sa.select(*columns)
     if history:
         logged = insert_from(store, sa.select(

@@ -156,6 +156,11 @@ class Store(StoreBase):
             # Fewer rows than asked: every due row was taken, so the backend's "earliest
             # later row" is this node's next due time.
             return Picked(rows, to_utc(rows[0]["next_due"]), True)
+        if rows and len(rows) >= limit:
+            # As many as asked: more may be due already. Say "due at the pick's own time",
+            # so the poller picks again as soon as a worker is free, instead of a full poll
+            # after every busy pick (a pick that then finds none falls back to a poll).
+            return Picked(rows, to_utc(rows[0]["last_started_at"]), True)
         return Picked(rows)
 
     # -- fenced writes of running executions ---------------------------------------------

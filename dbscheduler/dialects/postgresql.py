@@ -78,7 +78,7 @@ class PostgreSQLDialect(Dialect):
         channel: str,
         *,
         on_ready: Callable[[], None],
-        on_wait: Callable[[int], None],
+        on_wait: Callable[[list[str]], None],
         stopping: threading.Event,
     ) -> None:
         raw = engine.raw_connection()
@@ -88,7 +88,7 @@ class PostgreSQLDialect(Dialect):
             conn.execute(f'LISTEN "{channel}"')
             on_ready()
             while not stopping.is_set():
-                on_wait(sum(1 for _ in conn.notifies(timeout=0.5, stop_after=1)))
+                on_wait([n.payload for n in conn.notifies(timeout=0.5, stop_after=1)])
         except Exception:
             raw.invalidate()
             raise
