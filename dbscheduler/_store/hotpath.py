@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import _faultpoints
@@ -127,11 +127,6 @@ class Store(StoreBase):
         if shape is not None:
             self._shape_checked = time.monotonic()
         return PollState(now, to_utc(row.next_due), shape)
-
-    def _name_filter(self, conn: Connection, known: Collection[str]) -> ColumnElement[bool] | None:
-        """Restricts picks to rows whose ``handler`` this node has: a short list however many
-        rows and names the table holds (the ``handler`` index serves it)."""
-        return self.dialect.names_in(self.table.c.handler, sorted(known))
 
     # -- the pick ------------------------------------------------------------------------
     def pick(

@@ -196,7 +196,12 @@ class Dialect:
 
     # -- the pick ------------------------------------------------------------------------
     def pick_values(
-        self, table: sa.Table, *, lease: timedelta, node_id: str, claim: str
+        self,
+        table: sa.Table,
+        *,
+        lease: timedelta | ColumnElement[float],
+        node_id: str | ColumnElement[str],
+        claim: str | ColumnElement[str],
     ) -> list[tuple[sa.Column[Any], Any]]:
         """The pick's assignments, in the order they must run.
 
@@ -205,6 +210,9 @@ class Dialect:
         other database evaluates every expression on the old row anyway).
         """
         t = table
+        # Bound parameters instead of values: a statement built once (PostgreSQL) is run with
+        # each pick's own.
+        seconds = lease.total_seconds() if isinstance(lease, timedelta) else lease
         return [
             (t.c.prev_locked_by, t.c.locked_by),
             (t.c.prev_next_process_at, t.c.next_process_at),
@@ -212,7 +220,7 @@ class Dialect:
             (t.c.claim, claim),
             (t.c.attempt, t.c.attempt + 1),
             (t.c.total_attempt, t.c.total_attempt + 1),
-            (t.c.next_process_at, db_now_plus(lease.total_seconds())),
+            (t.c.next_process_at, db_now_plus(seconds)),
             (t.c.locked_by, node_id),
             (t.c.heartbeat_at, db_now()),
             (t.c.last_started_at, db_now()),
@@ -303,6 +311,14 @@ class Dialect:
         """``rows`` as a derived table ``name(columns…)`` to update from, with the parameters
         to execute it with: ``(VALUES (…), …)`` by default."""
         return sa.values(*columns, name=name).data([tuple(r) for r in rows]), {}
+
+    def batch_params(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> dict[str, Any] | None:
+        """The parameters of :meth:`batch_rows`'s derived table for ``rows`` when its text
+        is the same for any rows (a statement built once is run with them); ``None`` when
+        the rows are part of the text (``VALUES``)."""
+        return None
 
     # -- fenced transactions -------------------------------------------------------------
     def fence_statement(

@@ -17,7 +17,7 @@ from .types import UTCDateTime
 
 __all__ = [
     "ConnectKind", "ConnectProblem", "PickedRow", "db_now", "db_now_plus", "driver_error",
-    "first_int_arg", "insert_if_absent_statement", "seconds_param",
+    "first_int_arg", "insert_if_absent_statement", "pick_limit", "seconds_param",
 ]
 
 PickedRow = Mapping[str, Any]
@@ -46,6 +46,12 @@ class db_now_plus(FunctionElement[datetime]):
             if isinstance(seconds, ColumnElement)
             else sa.literal(float(seconds), sa.Float())
         )
+
+
+def pick_limit() -> ColumnElement[int]:
+    """The pick's row limit as the bound parameter ``p_limit``: the statements built once
+    (the PostgreSQL pick and its candidates) take each pick's limit with its parameters."""
+    return sa.bindparam("p_limit", type_=sa.Integer())
 
 
 def seconds_param(name: str) -> ColumnElement[float]:

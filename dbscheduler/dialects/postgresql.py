@@ -26,6 +26,7 @@ from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
 from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus, driver_error
+from .common import pick_limit
 from .types import FalseDefault
 
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
@@ -146,6 +147,13 @@ class PostgreSQLDialect(Dialect):
         # One array parameter instead of thousands of IN placeholders.
         return column == sa.any_(sa.literal(list(names), ARRAY(sa.Unicode())))
 
+    def __init__(self) -> None:
+        self._picks: dict[tuple[int, ...], tuple[tuple[object, ...], sa.Update]] = {}
+        """Pick statements built once per set of conditions (the store passes the same
+        condition objects while its node's names, tags and exclusions stay the same): run
+        with each pick's limit, claim, node and lease as parameters, their cache key and
+        compiled form are reused instead of rebuilt hundreds of times a second."""
+
     def pick(
         self,
         conn: Connection,
@@ -159,7 +167,26 @@ class PostgreSQLDialect(Dialect):
         candidates: ColumnElement[bool] | None = None,
         next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        t = table
+        parts = (table, where, candidates, next_due)
+        key = tuple(id(p) for p in parts)
+        cached = self._picks.get(key)
+        if cached is None:
+            if len(self._picks) > 32:  # conditions with exclusions come and go
+                self._picks.clear()
+            # The parts are kept with the statement: their ids stay theirs.
+            cached = self._picks[key] = (parts, self._pick_statement(table, where, candidates,
+                                                                      next_due))
+        params = {"p_limit": int(limit), "p_claim": claim, "p_node": node_id,
+                  "p_lease": lease.total_seconds()}
+        return [dict(r) for r in conn.execute(cached[1], params).mappings()]
+
+    def _pick_statement(
+        self,
+        t: sa.Table,
+        where: ColumnElement[bool],
+        candidates: ColumnElement[bool] | None,
+        next_due: sa.Select[Any] | None,
+    ) -> sa.Update:
         later = t.alias("later")
         due = (
             sa.select(t.c.id)
@@ -169,14 +196,18 @@ class PostgreSQLDialect(Dialect):
             .where(where, t.c.next_process_at <= db_now(),
                    *([candidates] if candidates is not None else []))
             .order_by(t.c.priority.desc(), t.c.next_process_at)
-            .limit(limit)
+            .limit(pick_limit())
             .with_for_update(skip_locked=True)
             .cte("due")
         )
-        stmt = (
+        values = self.pick_values(
+            t, lease=sa.bindparam("p_lease", type_=sa.Float()),
+            node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
+            claim=sa.bindparam("p_claim", type_=t.c.claim.type))
+        return (
             sa.update(t)
             .where(t.c.id == due.c.id)
-            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
+            .ordered_values(*values)
             .returning(
                 *t.c,
                 # The statement's snapshot still shows picked rows at their old (past) due
@@ -189,7 +220,6 @@ class PostgreSQLDialect(Dialect):
                 ).scalar_subquery().label("next_due"),
             )
         )
-        return [dict(r) for r in conn.execute(stmt).mappings()]
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
@@ -205,8 +235,12 @@ class PostgreSQLDialect(Dialect):
             .table_valued(*(sa.column(c.name, c.type) for c in columns))
             .render_derived(name=name)
         )
-        params = {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
-        return source, params
+        return source, self.batch_params(name, columns, rows)
+
+    def batch_params(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> dict[str, Any]:
+        return {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
 
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(channel, payload)))

@@ -1,0 +1,139 @@
+"""The batch finish as one statement, where the database can update from a derived table of
+the batch's rows (PostgreSQL): ``UPDATE … FROM <rows> RETURNING``, with the run rows'
+``INSERT`` and the ``NOTIFY`` in the same statement, built once and run with each batch's
+rows as parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import _faultpoints
+from .._notices import due_payload
+from ..context import _Unset
+from ..dialects import db_now
+from ..dialects.types import UTCDateTime
+from .history import RunRecord, insert_from
+
+if TYPE_CHECKING:
+    from .finish import FinishWrite
+    from .hotpath import Store
+
+__all__ = ["write_values"]
+
+
+def write_values(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
+) -> set[int]:
+    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``, with an
+    ``INSERT`` of the run rows of exactly the rows it changed in the same statement."""
+    history = store.history and any(w.run is not None for w in writes)
+    columns = _batch_columns(store, history)
+    rows = [
+        (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
+         w.error, not isinstance(w.payload, _Unset),
+         None if isinstance(w.payload, _Unset) else w.payload,
+         *(_run_fields(w.run) if history else ()))
+        for w in writes
+    ]
+    key = (history, notify)
+    reusable = store.dialect.batch_params("w", columns, rows)
+    stmt = store.finish_statements.get(key)
+    if reusable is not None and stmt is not None:
+        params = reusable
+    else:
+        # Built once where the dialect's batch text does not depend on the rows (PostgreSQL's
+        # unnest of arrays): its cache key and compiled form are reused by every batch.
+        v, params = store.dialect.batch_rows("w", columns, rows)
+        stmt = _values_statement(store, v, history, notify)
+        if reusable is not None:
+            store.finish_statements[key] = stmt
+    params["w_node"] = node_id
+    if notify:
+        params["n_payload"] = due_payload(node_id, min(w.next_at for w in writes))
+    ids = {int(r[0]) for r in conn.execute(stmt, params)}
+    _faultpoints.reached("finish")
+    return ids
+
+
+def _batch_columns(store: Store, history: bool) -> list[sa.ColumnClause[Any]]:
+    t, runs = store.table, store.runs_table
+    return [
+        sa.column("w_id", sa.BigInteger()),
+        sa.column("w_token", sa.BigInteger()),
+        sa.column("w_next", UTCDateTime()),
+        sa.column("w_attempt", sa.Integer()),
+        sa.column("w_status", t.c.last_status.type),
+        sa.column("w_success", sa.Integer()),
+        sa.column("w_error", t.c.last_error.type),
+        sa.column("w_set_payload", sa.Boolean()),
+        sa.column("w_payload", t.c.payload.type),
+        *([
+            sa.column("r_log", sa.Boolean()),
+            sa.column("r_name", runs.c.task_name.type),
+            sa.column("r_token", sa.BigInteger()),
+            sa.column("r_attempt", sa.Integer()),
+            sa.column("r_node", runs.c.node_id.type),
+            sa.column("r_scheduled", UTCDateTime()),
+            sa.column("r_started", UTCDateTime()),
+        ] if history else []),
+    ]
+
+
+def _values_statement(
+    store: Store, v: sa.FromClause, history: bool, notify: bool
+) -> sa.Executable:
+    """The batch's fenced ``UPDATE … FROM v RETURNING`` (``w_node`` is the node's id), with
+    the run rows' ``INSERT`` (``history``) and the ``NOTIFY`` (``notify``, payload
+    ``n_payload``) in the same statement."""
+    t = store.table
+    node = sa.bindparam("w_node", type_=t.c.locked_by.type)
+    update = (
+        sa.update(t)
+        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+        .values(
+            locked_by=None,
+            next_process_at=v.c.w_next,
+            attempt=v.c.w_attempt,
+            last_status=v.c.w_status,
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
+            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
+            payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
+            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
+        )
+    )
+    if not history and not notify:
+        return update.returning(t.c.id)
+    returned: list[sa.ColumnElement[Any]] = [t.c.id]
+    if history:
+        returned += [v.c.w_status, v.c.w_error, v.c.r_log, v.c.r_name, v.c.r_token,
+                     v.c.r_attempt, v.c.r_node, v.c.r_scheduled, v.c.r_started]
+    done = update.returning(*returned).cte("finished")
+    columns: list[sa.ColumnElement[Any]] = [done.c.id]
+    if notify:
+        # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
+        # wake them, in the same statement (identical notifications are delivered once).
+        # Its payload says who wrote what is due when: this node's listener ignores it (its
+        # poller knows already), the others take the time as a hint instead of polling.
+        columns.append(sa.func.pg_notify(
+            store.channel, sa.bindparam("n_payload", type_=sa.Unicode())).label("notified"))
+    stmt = sa.select(*columns)
+    if history:
+        logged = insert_from(store, sa.select(
+            done.c.r_name, done.c.r_token, done.c.r_attempt, done.c.r_node, done.c.r_scheduled,
+            done.c.r_started, db_now(), done.c.w_status, done.c.w_error,
+        ).where(done.c.r_log))
+        stmt = stmt.add_cte(logged.cte("logged"))
+    return stmt
+
+
+def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
+    if run is None:
+        return (False, None, None, None, None, None, None)
+    return (True, run.name, run.token, run.attempt, run.node_id, run.scheduled_at,
+            run.started_at)
