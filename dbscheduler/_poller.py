@@ -122,7 +122,10 @@ class Poller:
             state = self._store.poll(self._tasks.names())
         self._next_due, self._next_due_known = state.next_due, True
         try:
-            self._clock.observe(state.db_now, before, self._last_poll)
+            self._clock.observe(state.db_now,
+                                state.sent if state.sent is not None else before,
+                                state.received if state.received is not None
+                                else self._last_poll)
         except Exception as exc:  # only informs sleeping and display: never worth a pick
             self._clock_faults.failed(exc)
         else:

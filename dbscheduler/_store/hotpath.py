@@ -52,6 +52,10 @@ class PollState:
     """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
     shape: tuple[int, int | None] | None
     """``(0 if the table is empty else 1, max id)``, when checked."""
+    sent: float | None = None
+    received: float | None = None
+    """Monotonic times right before the query was sent and after its answer came: the
+    database read ``db_now`` in between (a connection checkout is not part of it)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ class Store(StoreBase):
         shape = (int(row.n), row.max_id) if check_shape else None
         if shape is not None:
             self._shape_checked = time.monotonic()
-        return PollState(now, to_utc(row.next_due), shape)
+        return PollState(now, to_utc(row.next_due), shape, before, after)
 
     # -- the pick ------------------------------------------------------------------------
     def pick(
