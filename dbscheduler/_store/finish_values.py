@@ -5,6 +5,7 @@ rows as parameters."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +17,13 @@ from .._notices import due_payload
 from ..context import _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime
-from .history import RunRecord, insert_from
+from .history import RUN_COLUMNS, RunRecord, insert_from
 
 if TYPE_CHECKING:
     from .finish import FinishWrite
     from .hotpath import Store
 
-__all__ = ["write_values"]
+__all__ = ["write_joined", "write_values"]
 
 
 def write_values(
@@ -137,3 +138,99 @@ def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
         return (False, None, None, None, None, None, None)
     return (True, run.name, run.token, run.attempt, run.node_id, run.scheduled_at,
             run.started_at)
+
+
+# -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) ------
+def write_joined(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+) -> set[int] | None:
+    """The batch in two statements instead of two per execution: the run rows first, one
+    ``INSERT … SELECT`` joining the batch's rows to the tasks they still hold (fenced, as
+    :func:`~.history.log_first` does for one), then one fenced multi-row ``UPDATE``.
+
+    Returns the ids that landed, or ``None`` when the run rows could not be written as one
+    statement (a row of the same execution is there already: a retried finish, a ``lost``
+    row), for the caller to write the batch one execution at a time, as before.
+
+    Which writes landed is exact: the update stamps the batch's own random ``claim`` on the
+    rows it finishes (a finished row's claim is not read any more), so a read of that stamp
+    right after tells them apart from rows another node took over, unless one was picked
+    again within that moment (then the pick's ``prev_locked_by`` tells, as after a lost
+    answer)."""
+    t = store.table
+    history = store.history and any(w.run is not None for w in writes)
+    columns = _batch_columns(store, history)
+    rows = [_row_values(w, history) for w in writes]
+    v = _union_rows(columns, rows, store)
+    fence = sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token,
+                    t.c.locked_by == node_id)
+    if history:
+        runs = store.runs_table
+        source = sa.select(
+            v.c.r_name, v.c.r_token, v.c.r_attempt, v.c.r_node, v.c.r_scheduled,
+            v.c.r_started, db_now(), v.c.w_status, v.c.w_error,
+        ).select_from(t.join(v, fence)).where(v.c.r_log == 1)
+        try:
+            # One autocommit statement: it inserts all its rows or none.
+            conn.execute(sa.insert(runs).from_select(list(RUN_COLUMNS), source))
+        except sa.exc.IntegrityError:
+            return None
+        _faultpoints.reached("finish_history")
+    marker = uuid.uuid4().hex
+    update = (
+        sa.update(t)
+        .where(fence)
+        .values(
+            locked_by=None,
+            claim=marker,
+            next_process_at=v.c.w_next,
+            attempt=v.c.w_attempt,
+            last_status=v.c.w_status,
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
+            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
+            payload=sa.case((v.c.w_set_payload == 1, v.c.w_payload), else_=t.c.payload),
+            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
+        )
+    )
+    count = conn.execute(update).rowcount
+    _faultpoints.reached("finish")
+    if count == len(writes):
+        return {w.id for w in writes}
+    ids = [w.id for w in writes]
+    return {int(r[0]) for r in conn.execute(
+        sa.select(t.c.id).where(t.c.id.in_(ids), t.c.claim == marker))}
+
+
+def _row_values(w: FinishWrite, history: bool) -> tuple[Any, ...]:
+    payload = not isinstance(w.payload, _Unset)
+    return (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
+            w.error, 1 if payload else 0, w.payload if payload else None,
+            *((1 if w.run is not None else 0, *_run_fields(w.run)[1:]) if history else ()))
+
+
+def _union_rows(
+    columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]], store: Store
+) -> sa.Subquery:
+    """The batch's rows as ``(SELECT :a AS w_id, … UNION ALL SELECT …) AS w``, each value a
+    parameter typed like the column it is written to (flags as integers: every database
+    compares them alike)."""
+    t = store.table
+    types: dict[str, Any] = {"w_next": t.c.next_process_at.type,
+                             "r_scheduled": store.runs_table.c.scheduled_at.type,
+                             "r_started": store.runs_table.c.started_at.type}
+    flags = {"w_set_payload", "r_log"}
+
+    def typed(c: sa.ColumnClause[Any]) -> Any:
+        if c.name in flags:
+            return sa.Integer()
+        return types.get(c.name, c.type)
+
+    selects = [
+        sa.select(*(sa.bindparam(f"j{n}_{c.name}", value, type_=typed(c)).label(c.name)
+                    for c, value in zip(columns, row, strict=True)))
+        for n, row in enumerate(rows)
+    ]
+    union = selects[0] if len(selects) == 1 else sa.union_all(*selects)
+    return union.subquery("w")
