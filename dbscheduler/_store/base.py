@@ -63,6 +63,8 @@ class StoreBase:
         self.finish_statements: dict[tuple[bool, bool], sa.Executable] = {}
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""
+        self.joined_statements: dict[tuple[bool, int], Any] = {}
+        """MySQL's and SQLite's batch finish by (with run rows, batch size), built once."""
         self.runs_table = make_runs_table(table)
         """The run history, ``<table>_runs``."""
         self.items = make_items_table(table)

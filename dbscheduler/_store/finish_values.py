@@ -157,32 +157,60 @@ def write_joined(
     right after tells them apart from rows another node took over, unless one was picked
     again within that moment (then the pick's ``prev_locked_by`` tells, as after a lost
     answer)."""
-    t = store.table
     history = store.history and any(w.run is not None for w in writes)
+    insert, update = _joined_statements(store, history, len(writes))
+    params: dict[str, Any] = {"j_node": node_id, "j_marker": uuid.uuid4().hex}
+    for n, w in enumerate(writes):
+        for name, value in zip(_names(history), _row_values(w, history), strict=True):
+            params[f"j{n}_{name}"] = value
+    if insert is not None:
+        try:
+            # One autocommit statement: it inserts all its rows or none.
+            conn.execute(insert, params)
+        except sa.exc.IntegrityError:
+            return None
+        _faultpoints.reached("finish_history")
+    count = conn.execute(update, params).rowcount
+    _faultpoints.reached("finish")
+    if count == len(writes):
+        return {w.id for w in writes}
+    t = store.table
+    ids = [w.id for w in writes]
+    return {int(r[0]) for r in conn.execute(
+        sa.select(t.c.id).where(t.c.id.in_(ids), t.c.claim == params["j_marker"]))}
+
+
+def _names(history: bool) -> list[str]:
+    return _NAMES_HISTORY if history else _NAMES
+
+
+def _joined_statements(
+    store: Store, history: bool, size: int
+) -> tuple[sa.Executable | None, sa.Executable]:
+    """The run rows' insert (with ``history``) and the fenced update for a batch of ``size``,
+    built once per size: parameters ``j<n>_<column>``, ``j_node`` and ``j_marker``."""
+    key = (history, size)
+    cached: tuple[sa.Executable | None, sa.Executable] | None = store.joined_statements.get(key)
+    if cached is not None:
+        return cached
+    t = store.table
     columns = _batch_columns(store, history)
-    rows = [_row_values(w, history) for w in writes]
-    v = _union_rows(columns, rows, store)
-    fence = sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token,
-                    t.c.locked_by == node_id)
+    v = _union_rows(columns, size, store)
+    node = sa.bindparam("j_node", type_=t.c.locked_by.type)
+    fence = sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+    insert = None
     if history:
-        runs = store.runs_table
         source = sa.select(
             v.c.r_name, v.c.r_token, v.c.r_attempt, v.c.r_node, v.c.r_scheduled,
             v.c.r_started, db_now(), v.c.w_status, v.c.w_error,
         ).select_from(t.join(v, fence)).where(v.c.r_log == 1)
-        try:
-            # One autocommit statement: it inserts all its rows or none.
-            conn.execute(sa.insert(runs).from_select(list(RUN_COLUMNS), source))
-        except sa.exc.IntegrityError:
-            return None
-        _faultpoints.reached("finish_history")
-    marker = uuid.uuid4().hex
+        insert = sa.insert(store.runs_table).from_select(list(RUN_COLUMNS), source)
     update = (
         sa.update(t)
         .where(fence)
         .values(
             locked_by=None,
-            claim=marker,
+            claim=sa.bindparam("j_marker", type_=t.c.claim.type),
             next_process_at=v.c.w_next,
             attempt=v.c.w_attempt,
             last_status=v.c.w_status,
@@ -194,13 +222,16 @@ def write_joined(
             last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
         )
     )
-    count = conn.execute(update).rowcount
-    _faultpoints.reached("finish")
-    if count == len(writes):
-        return {w.id for w in writes}
-    ids = [w.id for w in writes]
-    return {int(r[0]) for r in conn.execute(
-        sa.select(t.c.id).where(t.c.id.in_(ids), t.c.claim == marker))}
+    if len(store.joined_statements) > 256:  # batch sizes are bounded by the workers anyway
+        store.joined_statements.clear()
+    store.joined_statements[key] = (insert, update)
+    return insert, update
+
+
+_NAMES = ["w_id", "w_token", "w_next", "w_attempt", "w_status", "w_success", "w_error",
+          "w_set_payload", "w_payload"]
+_NAMES_HISTORY = [*_NAMES, "r_log", "r_name", "r_token", "r_attempt", "r_node", "r_scheduled",
+                  "r_started"]
 
 
 def _row_values(w: FinishWrite, history: bool) -> tuple[Any, ...]:
@@ -211,9 +242,9 @@ def _row_values(w: FinishWrite, history: bool) -> tuple[Any, ...]:
 
 
 def _union_rows(
-    columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]], store: Store
+    columns: Sequence[sa.ColumnClause[Any]], size: int, store: Store
 ) -> sa.Subquery:
-    """The batch's rows as ``(SELECT :a AS w_id, … UNION ALL SELECT …) AS w``, each value a
+    """``size`` rows as ``(SELECT :j0_w_id AS w_id, … UNION ALL SELECT …) AS w``, each value a
     parameter typed like the column it is written to (flags as integers: every database
     compares them alike)."""
     t = store.table
@@ -228,9 +259,9 @@ def _union_rows(
         return types.get(c.name, c.type)
 
     selects = [
-        sa.select(*(sa.bindparam(f"j{n}_{c.name}", value, type_=typed(c)).label(c.name)
-                    for c, value in zip(columns, row, strict=True)))
-        for n, row in enumerate(rows)
+        sa.select(*(sa.bindparam(f"j{n}_{c.name}", type_=typed(c)).label(c.name)
+                    for c in columns))
+        for n in range(size)
     ]
     union = selects[0] if len(selects) == 1 else sa.union_all(*selects)
     return union.subquery("w")
