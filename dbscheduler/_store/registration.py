@@ -94,8 +94,8 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             # Read back what the insert left: a row another node inserted meanwhile may carry
             # another schedule or other options (the last registration wins). Only those
             # are updated below, not every new row again (one round trip per row on MySQL).
-            for name, schedule, options in conn.execute(
-                    sa.select(t.c.queue_name, t.c.schedule, t.c.options)):
+            for name, schedule, options, _ in conn.execute(
+                    sa.select(t.c.queue_name, t.c.schedule, t.c.options, t.c.alert_after)):
                 if name not in present:
                     present[name] = schedule
                     stored_options[name] = options
