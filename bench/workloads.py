@@ -162,7 +162,9 @@ def create_dbs_table(backend: Backend, rows: int = 0, period: float = 1.0) -> No
             far = datetime(2099, 1, 1, tzinfo=timezone.utc)
             text = FixedRate(period).describe()
             values = [
-                {"queue_name": f"b{i}", "payload": None, "created_at": now,
+                # A declared task's handler is its own name: a row without one is run by
+                # no node (revision 3 added the column).
+                {"queue_name": f"b{i}", "handler": f"b{i}", "payload": None, "created_at": now,
                  "next_process_at": far, "attempt": 0, "reenqueue_attempt": 0,
                  "total_attempt": 0, "paused": False, "schedule": text,
                  "stop_requested": False}

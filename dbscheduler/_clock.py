@@ -25,8 +25,14 @@ def local_time() -> float:
 class Clock:
     """Tracks db time against the monotonic clock; ``until(db_time)`` gives a sleep length."""
 
+    SAMPLE_AGE = 10.0
+    """Seconds a measurement stays a candidate for the best one."""
+
     def __init__(self) -> None:
         self._db_minus_mono: float | None = None
+        self._samples: list[tuple[float, float, float]] = []
+        """Recent measurements: (monotonic time, lowest and highest database minus
+        monotonic they allow)."""
         self.skew: timedelta = timedelta(0)
         """Database clock minus this node's wall clock, last measured (for operators)."""
         self._warned = False
@@ -34,7 +40,22 @@ class Clock:
     def observe(self, db_now: datetime, mono_before: float, mono_after: float) -> None:
         """Record a database time read between two monotonic readings."""
         mid = (mono_before + mono_after) / 2
-        self._db_minus_mono = db_now.timestamp() - mid
+        # The database read its clock somewhere between the two readings: the offset lies
+        # between these bounds. The midpoint of a slow round trip (a loaded server answers
+        # late) puts "now" milliseconds ahead, the poller wakes before the due time and its
+        # pick comes back empty. So the lower bound is kept, the highest of the recent
+        # measurements that agree with this one (all of them bound the same offset; one
+        # that does not overlap it is from before the database clock was stepped): never
+        # ahead, and behind by at most the quickest recent round trip.
+        low = db_now.timestamp() - mono_after
+        high = db_now.timestamp() - mono_before
+        self._samples = [
+            sample for sample in self._samples
+            if mid - sample[0] <= self.SAMPLE_AGE
+            and sample[1] <= high + 0.001 and sample[2] >= low - 0.001
+        ]
+        self._samples.append((mid, low, high))
+        self._db_minus_mono = max(sample[1] for sample in self._samples)
         wall = local_time() - (time.monotonic() - mid)
         self.skew = timedelta(seconds=db_now.timestamp() - wall)
         if abs(self.skew) > SKEW_WARNING and not self._warned:

@@ -174,9 +174,17 @@ class Executor:
             return list(self._running.values())
 
     def submit(self, ex: Execution) -> None:
+        self.submit_many([ex])
+
+    def submit_many(self, executions: list[Execution]) -> None:
+        """Queue a pick's executions: one lock for all of them."""
+        if not executions:
+            return
         with self._lock:
-            self._running[(ex.id, ex.token)] = ex
-        self._queue.put(ex)
+            for ex in executions:
+                self._running[(ex.id, ex.token)] = ex
+        for ex in executions:
+            self._queue.put(ex)
 
     def close(self) -> list[Execution]:
         """Start no more functions; return the executions submitted but not started, which

@@ -106,7 +106,7 @@ class Poller:
     def _poll(self) -> datetime:
         """The full poll: next due time, table shape, clock offset. Returns db now."""
         before = time.monotonic()
-        state = self._store.poll(self._tasks.keys())
+        state = self._store.poll(self._tasks.names())
         self._last_poll = time.monotonic()
         self.last_poll_at = self._last_poll
         if self._table_missing or (state.shape is not None and state.shape[0] == 0
@@ -119,10 +119,13 @@ class Poller:
                         sum(1 for n in self._tasks.tasks if not n.startswith(RESERVED_PREFIX)))
             self._reregister()
             self._table_missing = False
-            state = self._store.poll(self._tasks.keys())
+            state = self._store.poll(self._tasks.names())
         self._next_due, self._next_due_known = state.next_due, True
         try:
-            self._clock.observe(state.db_now, before, self._last_poll)
+            self._clock.observe(state.db_now,
+                                state.sent if state.sent is not None else before,
+                                state.received if state.received is not None
+                                else self._last_poll)
         except Exception as exc:  # only informs sleeping and display: never worth a pick
             self._clock_faults.failed(exc)
         else:
@@ -157,7 +160,7 @@ class Poller:
             return min(wait, until_poll)
         if self._stop.is_set():
             return 0
-        known = self._tasks.keys()
+        known = self._tasks.names()
         sent = time.monotonic()
         picked = self._store.pick(self._node_id, free, self._lease, known, self._in_flight(sent))
         rows = picked.rows
@@ -171,16 +174,22 @@ class Poller:
             self._store.release(self._node_id, {int(r["id"]): int(r["total_attempt"])
                                                 for r in rows})
             return 0
+        ready: list[Execution] = []
         for row in rows:
             # One row that cannot be handed over must not strand the rest of the pick: they
             # are leased already, and nobody else may run them until the leases expire.
             try:
-                self._dispatch(row, sent)
+                execution = self._dispatch(row, sent)
             except Exception as exc:
                 log.error("could not start the picked execution: %s; giving its lease back",
                           describe_error(exc), exc_info=exc,
                           extra=about(row["queue_name"], int(row["total_attempt"])))
                 self._give_back(row)
+            else:
+                if execution is not None:
+                    ready.append(execution)
+        # The whole pick at once: one lock for the executor's books, not one per row.
+        self._executor.submit_many(ready)
         # Picked none although a row was due: another node won it; poll again very soon
         # rather than spinning. Otherwise go round at once: the next due time is known, or
         # the next step polls for it.
@@ -207,11 +216,13 @@ class Poller:
             log.warning("could not give its lease back: %s", exc,
                         extra=about(row["queue_name"], int(row["total_attempt"])))
 
-    def _dispatch(self, row: Mapping[str, Any], sent: float) -> None:
+    def _dispatch(self, row: Mapping[str, Any], sent: float) -> Execution | None:
+        """The execution to run for a picked row (tracked by the heartbeat already), or
+        ``None`` when it ends without running (its finish is on its way)."""
         task = self._tasks.for_row(row)
         prepared = prepare(task, row, self._node_id, self._finisher, self._store.table_name)
         if prepared is None:
-            return
+            return None
         execution, state_error = prepared
         # The database set the lease after the pick was sent: it surely ends after this.
         execution.lease_until = sent + self._lease.total_seconds()
@@ -221,12 +232,12 @@ class Poller:
             # Only this execution fails, through the normal fenced finish (its lease is not
             # left hanging); the stored text stays as it is for someone to look at.
             self._finisher.put(undecodable(execution, state_error))
-            return
+            return None
         ctx = execution.ctx
         if misfired(task.options, ctx.scheduled_at, ctx.started_at):
             self._finisher.put(skipped(execution))
-            return
-        self._executor.submit(execution)
+            return None
+        return execution
 
 
 def prepare(

@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy.engine import Engine
 
 from ._faults import FaultLog
+from ._notices import parse_due
 from .dialects import Dialect
 from .logfields import engine_log, engine_thread
 
@@ -64,7 +65,9 @@ class NotifyListener:
     A lost connection is reopened with backoff; polling covers the gap meanwhile.
     """
 
-    def __init__(self, engine: Engine, dialect: Dialect, channel: str, wakeup: Wakeup) -> None:
+    def __init__(self, engine: Engine, dialect: Dialect, channel: str, wakeup: Wakeup,
+                 node_id: str | None = None) -> None:
+        self._node_id = node_id
         self._engine = engine
         self._dialect = dialect
         self._channel = channel
@@ -99,10 +102,16 @@ class NotifyListener:
         # The poll may have run just before LISTEN took effect: look once more.
         self._wakeup.set()
 
-    def _waited(self, notifications: int) -> None:
-        if notifications:
-            self.received += notifications
-            self._wakeup.set()
+    def _waited(self, payloads: list[str]) -> None:
+        self.received += len(payloads)
+        for payload in payloads:
+            notice = parse_due(payload)
+            if notice is None:
+                self._wakeup.set()  # a trigger, a change …: only a poll tells what
+            elif notice.node != self._node_id:
+                # A peer's finish wrote a row due then: as good as a poll for that row, and
+                # no round trip. This node's own finishes told its poller already.
+                self._wakeup.hint(notice.at)
         # Recovered only once a wait completed: a connection that fails right after LISTEN
         # must not log "recovered" and "failed" on every reconnect.
         self._faults.ok()

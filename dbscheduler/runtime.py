@@ -121,6 +121,7 @@ class Handlers(Mapping[str, TaskDef]):
         """The declared tasks, by name (they have rows to register)."""
         self._handlers: dict[str, TaskDef] = {}
         self._built: dict[tuple[str, str, str | None, str | None], TaskDef] = {}
+        self._names: tuple[tuple[int, ...], frozenset[str]] | None = None
 
     def add(self, name: str, fn: TaskFunction, on_failure: FailureSettings | None) -> None:
         """Register ``fn`` as the handler ``name`` (no row)."""
@@ -137,6 +138,17 @@ class Handlers(Mapping[str, TaskDef]):
             raise ValueError(f"handler {name!r} is already registered on this scheduler")
         # The template's schedule is never used: a row's own schedule text replaces it.
         self._handlers[name] = TaskDef.build(name, fn, Once(NEVER), on_failure or NoRetry())
+
+    def names(self) -> frozenset[str]:
+        """The handler names (what the pick filters by), the same object until one is added:
+        the poller asks on every pick, and the store keys its built statements on it."""
+        maps = getattr(self.tasks, "maps", None) or [self.tasks]
+        # Tasks and handlers are only ever added (a task declared again keeps its name), so
+        # the sizes change exactly when the names do.
+        stamp = (len(self._handlers), *(len(m) for m in maps))
+        if self._names is None or self._names[0] != stamp:
+            self._names = (stamp, frozenset(self))
+        return self._names[1]
 
     def __getitem__(self, name: str) -> TaskDef:
         found = self._handlers.get(name)

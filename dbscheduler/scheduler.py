@@ -220,7 +220,8 @@ class Scheduler(Declarations, Operations, Batching):
             self._alerts = AlertWatch(store, self._listeners, self.overdue_after,
                                       self.overdue_check)
         if store.dialect.supports_notify:
-            self._listener = NotifyListener(self.engine, store.dialect, store.channel, self._wakeup)
+            self._listener = NotifyListener(self.engine, store.dialect, store.channel,
+                                            self._wakeup, node)
             self._listener.start()
         if any(d.options.isolation == "process" for d in self._tasks.values()):
             warm_up()

@@ -28,10 +28,10 @@ from sqlalchemy.engine import Connection
 from .. import _faultpoints
 from ..context import UNSET, Status, _Unset
 from ..dialects import db_now
-from ..dialects.types import UTCDateTime
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards
+from .finish_values import write_joined, write_values
 from .history import RunRecord, forget, insert_from, log_first, run_values
 from .state import clean_text
 
@@ -162,7 +162,11 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
         return gone | (_write(store, node_id, rest, notify) if rest else set())
     with store.autocommit() as conn:
         if store.dialect.update_from_values:
-            return _write_values(store, conn, node_id, writes, notify)
+            return write_values(store, conn, node_id, writes, notify)
+        if store.dialect.joined_finish and len(writes) > 1:
+            joined = write_joined(store, conn, node_id, writes)
+            if joined is not None:
+                return joined
         # One statement per execution, each with its own row count: which writes landed is
         # known at once, never guessed later from a row that may have moved on meanwhile
         # (PyMySQL runs an executemany of UPDATEs as these same round trips anyway).
@@ -261,88 +265,6 @@ def _params(write: FinishWrite) -> dict[str, Any]:
     if not isinstance(write.payload, _Unset):
         params["w_payload"] = write.payload
     return params
-
-
-def _write_values(
-    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
-) -> set[int]:
-    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``, with an
-    ``INSERT`` of the run rows of exactly the rows it changed in the same statement."""
-    t, runs = store.table, store.runs_table
-    history = store.history and any(w.run is not None for w in writes)
-    v, params = store.dialect.batch_rows("w", [
-        sa.column("w_id", sa.BigInteger()),
-        sa.column("w_token", sa.BigInteger()),
-        sa.column("w_next", UTCDateTime()),
-        sa.column("w_attempt", sa.Integer()),
-        sa.column("w_status", t.c.last_status.type),
-        sa.column("w_success", sa.Integer()),
-        sa.column("w_error", t.c.last_error.type),
-        sa.column("w_set_payload", sa.Boolean()),
-        sa.column("w_payload", t.c.payload.type),
-        *([
-            sa.column("r_log", sa.Boolean()),
-            sa.column("r_name", runs.c.task_name.type),
-            sa.column("r_token", sa.BigInteger()),
-            sa.column("r_attempt", sa.Integer()),
-            sa.column("r_node", runs.c.node_id.type),
-            sa.column("r_scheduled", UTCDateTime()),
-            sa.column("r_started", UTCDateTime()),
-        ] if history else []),
-    ], [
-        (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
-         w.error, not isinstance(w.payload, _Unset),
-         None if isinstance(w.payload, _Unset) else w.payload,
-         *(_run_fields(w.run) if history else ()))
-        for w in writes
-    ])
-    update = (
-        sa.update(t)
-        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node_id)
-        .values(
-            locked_by=None,
-            next_process_at=v.c.w_next,
-            attempt=v.c.w_attempt,
-            last_status=v.c.w_status,
-            last_finished_at=db_now(),
-            stop_requested=False,
-            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
-            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
-            payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
-            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
-        )
-    )
-    if not history and not notify:
-        ids = {int(r[0]) for r in conn.execute(update.returning(t.c.id), params)}
-        _faultpoints.reached("finish")
-        return ids
-    returned: list[sa.ColumnElement[Any]] = [t.c.id]
-    if history:
-        returned += [v.c.w_status, v.c.w_error, v.c.r_log, v.c.r_name, v.c.r_token,
-                     v.c.r_attempt, v.c.r_node, v.c.r_scheduled, v.c.r_started]
-    done = update.returning(*returned).cte("finished")
-    columns: list[sa.ColumnElement[Any]] = [done.c.id]
-    if notify:
-        # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
-        # wake them, in the same statement (identical notifications are delivered once).
-        columns.append(sa.func.pg_notify(store.channel, "").label("notified"))
-    stmt = sa.select(*columns)
-    if history:
-        logged = insert_from(store, sa.select(
-            done.c.r_name, done.c.r_token, done.c.r_attempt, done.c.r_node, done.c.r_scheduled,
-            done.c.r_started, db_now(), done.c.w_status, done.c.w_error,
-        ).where(done.c.r_log))
-        stmt = stmt.add_cte(logged.cte("logged"))
-    ids = {int(r[0]) for r in conn.execute(stmt, params)}
-    _faultpoints.reached("finish")
-    return ids
-
-
-def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
-    if run is None:
-        return (False, None, None, None, None, None, None)
-    return (True, run.name, run.token, run.attempt, run.node_id, run.scheduled_at,
-            run.started_at)
 
 
 def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite]:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import _faultpoints
@@ -52,6 +52,10 @@ class PollState:
     """Earliest ``next_process_at`` among unpaused rows this node may pick, if any."""
     shape: tuple[int, int | None] | None
     """``(0 if the table is empty else 1, max id)``, when checked."""
+    sent: float | None = None
+    received: float | None = None
+    """Monotonic times right before the query was sent and after its answer came: the
+    database read ``db_now`` in between (a connection checkout is not part of it)."""
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,7 @@ class Store(StoreBase):
         shape = (int(row.n), row.max_id) if check_shape else None
         if shape is not None:
             self._shape_checked = time.monotonic()
-        return PollState(now, to_utc(row.next_due), shape)
-
-    def _name_filter(self, conn: Connection, known: Collection[str]) -> ColumnElement[bool] | None:
-        """Restricts picks to rows whose ``handler`` this node has: a short list however many
-        rows and names the table holds (the ``handler`` index serves it)."""
-        return self.dialect.names_in(self.table.c.handler, sorted(known))
+        return PollState(now, to_utc(row.next_due), shape, before, after)
 
     # -- the pick ------------------------------------------------------------------------
     def pick(
@@ -156,6 +155,11 @@ class Store(StoreBase):
             # Fewer rows than asked: every due row was taken, so the backend's "earliest
             # later row" is this node's next due time.
             return Picked(rows, to_utc(rows[0]["next_due"]), True)
+        if rows and len(rows) >= limit:
+            # As many as asked: more may be due already. Say "due at the pick's own time",
+            # so the poller picks again as soon as a worker is free, instead of a full poll
+            # after every busy pick (a pick that then finds none falls back to a poll).
+            return Picked(rows, to_utc(rows[0]["last_started_at"]), True)
         return Picked(rows)
 
     # -- fenced writes of running executions ---------------------------------------------

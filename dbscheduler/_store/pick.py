@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -40,25 +40,14 @@ def pick_rows(
     back: a pick that committed although its answer was lost hands its rows over to be run,
     instead of leaving them leased to this node until the lease runs out.
     """
-    t = store.table
     claim = uuid.uuid4().hex
+    known = known if isinstance(known, frozenset) else frozenset(known)
+    where, candidates, next_due = _conditions(store, known, frozenset(exclude))
     try:
         with store.autocommit() as conn:
-            name_filter = store._name_filter(conn, known)
-            candidates = (due_candidates(store, known, limit, exclude)
-                          if store.dialect.uses_candidates else None)
-            # The candidates passed the full-group filter already; repeated on the outer
-            # rows it would turn PostgreSQL's plan into a scan of the whole table.
-            where = sa.and_(t.c.paused == False,  # noqa: E712
-                            eligible(store, t, store.tags, groups=candidates is None))
-            if name_filter is not None:
-                where = sa.and_(where, name_filter)
-            if exclude:
-                where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
             rows = store.dialect.pick(
-                conn, t, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim,
-                candidates=candidates,
-                next_due=next_due_of(store, known, later=True),
+                conn, store.table, where=where, limit=limit, lease=lease, node_id=node_id,
+                claim=claim, candidates=candidates, next_due=next_due,
             )
             _faultpoints.reached("pick")
     except sa.exc.DBAPIError as exc:
@@ -75,6 +64,36 @@ def pick_rows(
         for r in rows
         if r["handler"] in known
     ]
+
+
+_Conditions = tuple[sa.ColumnElement[bool], sa.ColumnElement[bool] | None, sa.Select[Any]]
+
+
+def _conditions(store: Store, known: frozenset[str], exclude: frozenset[int]) -> _Conditions:
+    """The pick's ``where``, candidates and next-due query for these names, the node's tags
+    and ``exclude``: built once and kept while they stay the same (usually for the node's
+    whole life), so the dialect can keep the statement built from them too."""
+    key = (known, store.tags, exclude)
+    cached: _Conditions | None = store.pick_conditions.get(key)
+    if cached is not None:
+        return cached
+    t = store.table
+    candidates = (due_candidates(store, known, exclude)
+                  if store.dialect.uses_candidates else None)
+    # The candidates passed the full-group filter already; repeated on the outer rows it
+    # would turn PostgreSQL's plan into a scan of the whole table.
+    where = sa.and_(t.c.paused == False,  # noqa: E712
+                    eligible(store, t, store.tags, groups=candidates is None))
+    name_filter = store.dialect.names_in(t.c.handler, sorted(known))
+    if name_filter is not None:
+        where = sa.and_(where, name_filter)
+    if exclude:
+        where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
+    built = (where, candidates, next_due_of(store, known, later=True))
+    if len(store.pick_conditions) > 16:  # exclusions come and go (after an outage)
+        store.pick_conditions.clear()
+    store.pick_conditions[key] = built
+    return built
 
 
 def _read_back(

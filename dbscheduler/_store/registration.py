@@ -62,12 +62,6 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             limits[r.queue_name] = r.alert_after
     first = {item.name: item.first_run(now) for item in ordered}
     missing = [item for item in ordered if item.name not in present]
-    # Rows another node inserted meanwhile are checked too: the statement itself only
-    # touches rows whose schedule text differs.
-    check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
-    # Rows inserted meanwhile by a node with other options: the last registration wins.
-    reoption = [i for i in ordered
-                if i.name not in present or stored_options[i.name] != i.options]
     relimit = [i for i in ordered
                if i.name in present and not _same_limit(limits[i.name], i.alert_after)]
     # Each statement below is idempotent on its own: autocommit where the insert needs no
@@ -97,6 +91,18 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                 for item in missing
             ])
             _faultpoints.reached("register")
+            # Read back what the insert left: a row another node inserted meanwhile may carry
+            # another schedule or other options (the last registration wins). Only those
+            # are updated below, not every new row again (one round trip per row on MySQL).
+            for name, schedule, options, _ in conn.execute(
+                    sa.select(t.c.queue_name, t.c.schedule, t.c.options, t.c.alert_after)):
+                if name not in present:
+                    present[name] = schedule
+                    stored_options[name] = options
+        # The statement itself only touches rows whose schedule text differs.
+        check = [i for i in ordered if i.name not in present or present[i.name] != i.schedule]
+        reoption = [i for i in ordered
+                    if i.name not in present or stored_options[i.name] != i.options]
         if check:
             idle = t.c.locked_by.is_(None)
             changed = conn.execute(

@@ -10,7 +10,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from .. import _faultpoints
-from ..dialects import db_now
+from ..dialects import db_now, pick_limit
 from ..logfields import engine_log
 from .base import StoreBase
 from .controls import eligible
@@ -67,7 +67,7 @@ def next_due_of(
 
 
 def due_candidates(
-    store: StoreBase, known: Collection[str], limit: int, exclude: Collection[int]
+    store: StoreBase, known: Collection[str], exclude: Collection[int]
 ) -> sa.ColumnElement[bool] | None:
     """``id IN`` the ``limit`` first due rows of each handler in ``known`` in the pick's order
     (priority, then due time): where the due rows of a pick are, for a planner that would
@@ -76,7 +76,9 @@ def due_candidates(
 
     Per handler, two index walks that each stop after ``limit`` rows: the rows of priority 0
     in due order (the ``(handler, next_process_at)`` index), and the others in priority order
-    (the partial ``pick_idx``). The first ``limit`` rows overall are among them.
+    (the partial ``pick_idx``). The first ``limit`` rows overall are among them. The limit is
+    the pick's own bound parameter (:func:`~dbscheduler.dialects.pick_limit`), so the
+    condition is built once per set of names.
     """
     if not known or len(known) > UNION_LIMIT:
         return None
@@ -90,7 +92,7 @@ def due_candidates(
                t.c.priority == zero if plain else t.c.priority != zero,
                *([t.c.id.not_in(sorted(exclude))] if exclude else []))
         .order_by(*([] if plain else [t.c.priority.desc()]), t.c.next_process_at)
-        .limit(int(limit))
+        .limit(pick_limit())
         for h in sorted(known)
         for plain in (True, False)
     ]

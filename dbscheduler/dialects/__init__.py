@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus
+from .common import pick_limit
 from .mssql import MSSQLDialect
 from .mysql import MySQLDialect
 from .oracle import OracleDialect
@@ -33,6 +34,7 @@ __all__ = [
     "idle_transaction_timeout",
     "names",
     "normalize_url",
+    "pick_limit",
     "prepare_engine",
     "registered",
 ]

@@ -4,7 +4,8 @@ A dialect answers what the engine cannot answer portably: what "now" is on the d
 (:class:`db_now` / :class:`db_now_plus`, compiled per backend), how to insert a row only if its
 name is absent, how to pick due rows so that two nodes never get the same one, how its columns
 are typed and bound, how to set up a connection, how to wake other nodes and how to tell its
-errors apart. Everything else is plain SQLAlchemy Core shared by all backends.
+errors apart. Everything else is plain SQLAlchemy Core shared by all backends. The pieces the
+dialect modules share besides this class live in :mod:`.common` (re-exported here).
 """
 
 from __future__ import annotations
@@ -12,58 +13,34 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
-from .types import UTCDateTime
+from .common import (
+    ConnectKind,
+    ConnectProblem,
+    PickedRow,
+    db_now,
+    db_now_plus,
+    driver_error,
+    first_int_arg,
+    insert_if_absent_statement,
+    seconds_param,
+)
 
 __all__ = [
     "ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
-    "driver_error", "insert_if_absent_statement",
+    "driver_error", "first_int_arg", "insert_if_absent_statement", "seconds_param",
 ]
 
 log = engine_log("dbscheduler.dialects")
-
-PickedRow = Mapping[str, Any]
-"""A picked row: every column with its value after the pick, plus ``prev_locked_by``,
-``prev_next_process_at`` and ``prev_last_started_at`` as they were before it."""
-
-
-class db_now(FunctionElement[datetime]):
-    """The database's current time in UTC, compiled per dialect (never the node's clock)."""
-
-    type = UTCDateTime()
-    inherit_cache = True
-    name = "db_now"
-
-
-class db_now_plus(FunctionElement[datetime]):
-    """``db_now() + seconds``; the single argument is a number of seconds (a bound float)."""
-
-    type = UTCDateTime()
-    inherit_cache = True
-    name = "db_now_plus"
-
-    def __init__(self, seconds: ColumnElement[Any] | float) -> None:
-        super().__init__(
-            seconds
-            if isinstance(seconds, ColumnElement)
-            else sa.literal(float(seconds), sa.Float())
-        )
-
-
-def seconds_param(name: str) -> ColumnElement[float]:
-    """A bound number of seconds, typed so every driver sends it as a float."""
-    return sa.bindparam(name, type_=sa.Float())
 
 
 class Dialect:
@@ -94,6 +71,10 @@ class Dialect:
     update_from_values: ClassVar[bool] = False
     """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
     from :meth:`batch_rows`)."""
+    joined_finish: ClassVar[bool] = False
+    """A batch of finishes can be two statements, its run rows' ``INSERT … SELECT`` and a
+    multi-row ``UPDATE``, each joining the batch's rows as a derived table (MySQL's
+    multi-table ``UPDATE``, SQLite's ``UPDATE … FROM``); otherwise two per execution."""
     autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options under which every statement commits on its own."""
 
@@ -219,7 +200,12 @@ class Dialect:
 
     # -- the pick ------------------------------------------------------------------------
     def pick_values(
-        self, table: sa.Table, *, lease: timedelta, node_id: str, claim: str
+        self,
+        table: sa.Table,
+        *,
+        lease: timedelta | ColumnElement[float],
+        node_id: str | ColumnElement[str],
+        claim: str | ColumnElement[str],
     ) -> list[tuple[sa.Column[Any], Any]]:
         """The pick's assignments, in the order they must run.
 
@@ -228,6 +214,9 @@ class Dialect:
         other database evaluates every expression on the old row anyway).
         """
         t = table
+        # Bound parameters instead of values: a statement built once (PostgreSQL) is run with
+        # each pick's own.
+        seconds = lease.total_seconds() if isinstance(lease, timedelta) else lease
         return [
             (t.c.prev_locked_by, t.c.locked_by),
             (t.c.prev_next_process_at, t.c.next_process_at),
@@ -235,7 +224,7 @@ class Dialect:
             (t.c.claim, claim),
             (t.c.attempt, t.c.attempt + 1),
             (t.c.total_attempt, t.c.total_attempt + 1),
-            (t.c.next_process_at, db_now_plus(lease.total_seconds())),
+            (t.c.next_process_at, db_now_plus(seconds)),
             (t.c.locked_by, node_id),
             (t.c.heartbeat_at, db_now()),
             (t.c.last_started_at, db_now()),
@@ -327,6 +316,14 @@ class Dialect:
         to execute it with: ``(VALUES (…), …)`` by default."""
         return sa.values(*columns, name=name).data([tuple(r) for r in rows]), {}
 
+    def batch_params(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> dict[str, Any] | None:
+        """The parameters of :meth:`batch_rows`'s derived table for ``rows`` when its text
+        is the same for any rows (a statement built once is run with them); ``None`` when
+        the rows are part of the text (``VALUES``)."""
+        return None
+
     # -- fenced transactions -------------------------------------------------------------
     def fence_statement(
         self, table: sa.Table, id_: int, token: int, node_id: str
@@ -357,13 +354,13 @@ class Dialect:
         channel: str,
         *,
         on_ready: Callable[[], None],
-        on_wait: Callable[[int], None],
+        on_wait: Callable[[list[str]], None],
         stopping: threading.Event,
     ) -> None:
         """Hold a connection listening on ``channel`` until ``stopping`` is set: call
-        ``on_ready`` once listening, then ``on_wait(n)`` after every wait of at most half a
-        second with the number of notifications it received; raise when the connection fails
-        (the caller reconnects). Only where :attr:`supports_notify`."""
+        ``on_ready`` once listening, then ``on_wait(payloads)`` after every wait of at most
+        half a second with the payloads of the notifications it received; raise when the
+        connection fails (the caller reconnects). Only where :attr:`supports_notify`."""
         raise NotImplementedError(f"{self.name} has no LISTEN/NOTIFY")
 
     # -- errors --------------------------------------------------------------------------
@@ -380,60 +377,3 @@ class Dialect:
     def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
         """What went wrong when ``exc`` means no session could be opened, else ``None``."""
         return None
-
-
-ConnectKind = Literal["host", "starting", "database", "user", "password", "login"]
-
-
-@dataclass(frozen=True)
-class ConnectProblem:
-    """Why a connection failed, in words for the person who wrote the URL.
-
-    ``kind`` is ``host`` (nothing answers at that address, or the name does not resolve),
-    ``starting`` (the server answers but is not ready yet), ``database`` (no such database),
-    ``user``, ``password``, or ``login`` (user or password wrong; the server does not say
-    which). Only ``host`` and ``starting`` can go away by waiting.
-    """
-
-    kind: ConnectKind
-    message: str
-
-    @property
-    def may_pass(self) -> bool:
-        """True when the same URL may work later (the server is down or still starting)."""
-        return self.kind in ("host", "starting")
-
-
-def driver_error(exc: BaseException) -> BaseException:
-    """The driver's exception inside a SQLAlchemy one (``exc.orig``), else ``exc`` itself."""
-    orig = getattr(exc, "orig", None)
-    return orig if isinstance(orig, BaseException) else exc
-
-
-def first_int_arg(exc: BaseException) -> int | None:
-    """The error number PyMySQL and pyodbc-style drivers put first in ``args``."""
-    args = getattr(exc, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
-def insert_if_absent_statement(
-    table: sa.Table, values: Mapping[str, Any], guard_hints: str | None = None
-) -> sa.Insert:
-    """``INSERT INTO t (…) SELECT :v, … WHERE NOT EXISTS (SELECT * FROM t WHERE name = :name)``.
-
-    For backends without an upsert (SQL Server takes ``guard_hints`` on the probe; Oracle
-    renders ``FROM DUAL``). ``None`` values are left out: the columns default to ``NULL``, and an
-    untyped ``NULL`` parameter in a select list is something drivers describe differently.
-    """
-    present = {k: v for k, v in values.items() if v is not None}
-    binds = {
-        name: sa.bindparam(f"v_{name}", value, type_=table.c[name].type)
-        for name, value in present.items()
-    }
-    existing = table.alias("existing")
-    probe = sa.select(existing.c.id).where(existing.c.queue_name == binds["queue_name"])
-    if guard_hints is not None:
-        probe = probe.with_hint(existing, guard_hints, "mssql")
-    return sa.insert(table).from_select(
-        list(binds), sa.select(*binds.values()).where(~probe.exists())
-    )

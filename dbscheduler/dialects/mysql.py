@@ -86,6 +86,7 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 class MySQLDialect(Dialect):
     name = "mysql"
     insert_needs_transaction = False
+    joined_finish = True
     transaction_isolation = "READ COMMITTED"
 
     def bound_sessions(self, engine: Engine, idle_transaction: timedelta) -> None:

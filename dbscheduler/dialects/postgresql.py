@@ -26,6 +26,7 @@ from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
 from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus, driver_error
+from .common import pick_limit
 from .types import FalseDefault
 
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
@@ -78,7 +79,7 @@ class PostgreSQLDialect(Dialect):
         channel: str,
         *,
         on_ready: Callable[[], None],
-        on_wait: Callable[[int], None],
+        on_wait: Callable[[list[str]], None],
         stopping: threading.Event,
     ) -> None:
         raw = engine.raw_connection()
@@ -88,7 +89,7 @@ class PostgreSQLDialect(Dialect):
             conn.execute(f'LISTEN "{channel}"')
             on_ready()
             while not stopping.is_set():
-                on_wait(sum(1 for _ in conn.notifies(timeout=0.5, stop_after=1)))
+                on_wait([n.payload for n in conn.notifies(timeout=0.5, stop_after=1)])
         except Exception:
             raw.invalidate()
             raise
@@ -143,8 +144,22 @@ class PostgreSQLDialect(Dialect):
         return sa.select(pushed.c.id, woken.label("woken")).add_cte(upsert)
 
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
-        # One array parameter instead of thousands of IN placeholders.
-        return column == sa.any_(sa.literal(list(names), ARRAY(sa.Unicode())))
+        # One array instead of thousands of IN placeholders, rendered into the statement as
+        # a constant: a constant array is hashed by the server, where a parameter array is
+        # compared with every row one name at a time (milliseconds per pick with a thousand
+        # handlers). The statement is built once per set of names and prepared by the driver.
+        if not names:
+            return sa.false()  # an empty ARRAY[] has no type to compare with
+        array = sa.bindparam("names", list(names), type_=ARRAY(sa.Unicode()), unique=True,
+                             literal_execute=True)
+        return column == sa.any_(array)
+
+    def __init__(self) -> None:
+        self._picks: dict[tuple[int, ...], tuple[tuple[object, ...], sa.Update]] = {}
+        """Pick statements built once per set of conditions (the store passes the same
+        condition objects while its node's names, tags and exclusions stay the same): run
+        with each pick's limit, claim, node and lease as parameters, their cache key and
+        compiled form are reused instead of rebuilt hundreds of times a second."""
 
     def pick(
         self,
@@ -159,7 +174,26 @@ class PostgreSQLDialect(Dialect):
         candidates: ColumnElement[bool] | None = None,
         next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        t = table
+        parts = (table, where, candidates, next_due)
+        key = tuple(id(p) for p in parts)
+        cached = self._picks.get(key)
+        if cached is None:
+            if len(self._picks) > 32:  # conditions with exclusions come and go
+                self._picks.clear()
+            # The parts are kept with the statement: their ids stay theirs.
+            cached = self._picks[key] = (parts, self._pick_statement(table, where, candidates,
+                                                                      next_due))
+        params = {"p_limit": int(limit), "p_claim": claim, "p_node": node_id,
+                  "p_lease": lease.total_seconds()}
+        return [dict(r) for r in conn.execute(cached[1], params).mappings()]
+
+    def _pick_statement(
+        self,
+        t: sa.Table,
+        where: ColumnElement[bool],
+        candidates: ColumnElement[bool] | None,
+        next_due: sa.Select[Any] | None,
+    ) -> sa.Update:
         later = t.alias("later")
         due = (
             sa.select(t.c.id)
@@ -169,14 +203,18 @@ class PostgreSQLDialect(Dialect):
             .where(where, t.c.next_process_at <= db_now(),
                    *([candidates] if candidates is not None else []))
             .order_by(t.c.priority.desc(), t.c.next_process_at)
-            .limit(limit)
+            .limit(pick_limit())
             .with_for_update(skip_locked=True)
             .cte("due")
         )
-        stmt = (
+        values = self.pick_values(
+            t, lease=sa.bindparam("p_lease", type_=sa.Float()),
+            node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
+            claim=sa.bindparam("p_claim", type_=t.c.claim.type))
+        return (
             sa.update(t)
             .where(t.c.id == due.c.id)
-            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
+            .ordered_values(*values)
             .returning(
                 *t.c,
                 # The statement's snapshot still shows picked rows at their old (past) due
@@ -189,7 +227,6 @@ class PostgreSQLDialect(Dialect):
                 ).scalar_subquery().label("next_due"),
             )
         )
-        return [dict(r) for r in conn.execute(stmt).mappings()]
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
@@ -205,8 +242,12 @@ class PostgreSQLDialect(Dialect):
             .table_valued(*(sa.column(c.name, c.type) for c in columns))
             .render_derived(name=name)
         )
-        params = {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
-        return source, params
+        return source, self.batch_params(name, columns, rows)
+
+    def batch_params(
+        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
+    ) -> dict[str, Any]:
+        return {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
 
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(channel, payload)))

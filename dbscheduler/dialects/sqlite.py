@@ -79,6 +79,7 @@ def _enable_wal(cursor: sqlite3.Cursor) -> None:
 class SQLiteDialect(Dialect):
     name = "sqlite"
     insert_needs_transaction = False
+    joined_finish = True
     returning_update = True
     embedded = True
     # Reads take a deferred transaction: they must not queue behind other nodes' write lock.

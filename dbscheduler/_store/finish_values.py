@@ -1,0 +1,267 @@
+"""The batch finish as one statement, where the database can update from a derived table of
+the batch's rows (PostgreSQL): ``UPDATE … FROM <rows> RETURNING``, with the run rows'
+``INSERT`` and the ``NOTIFY`` in the same statement, built once and run with each batch's
+rows as parameters."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import _faultpoints
+from .._notices import due_payload
+from ..context import _Unset
+from ..dialects import db_now
+from ..dialects.types import UTCDateTime
+from .history import RUN_COLUMNS, RunRecord, insert_from
+
+if TYPE_CHECKING:
+    from .finish import FinishWrite
+    from .hotpath import Store
+
+__all__ = ["write_joined", "write_values"]
+
+
+def write_values(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
+) -> set[int]:
+    """The whole batch in one ``UPDATE … FROM <the batch's rows> RETURNING``, with an
+    ``INSERT`` of the run rows of exactly the rows it changed in the same statement."""
+    history = store.history and any(w.run is not None for w in writes)
+    columns = _batch_columns(store, history)
+    rows = [
+        (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
+         w.error, not isinstance(w.payload, _Unset),
+         None if isinstance(w.payload, _Unset) else w.payload,
+         *(_run_fields(w.run) if history else ()))
+        for w in writes
+    ]
+    key = (history, notify)
+    reusable = store.dialect.batch_params("w", columns, rows)
+    stmt = store.finish_statements.get(key)
+    if reusable is not None and stmt is not None:
+        params = reusable
+    else:
+        # Built once where the dialect's batch text does not depend on the rows (PostgreSQL's
+        # unnest of arrays): its cache key and compiled form are reused by every batch.
+        v, params = store.dialect.batch_rows("w", columns, rows)
+        stmt = _values_statement(store, v, history, notify)
+        if reusable is not None:
+            store.finish_statements[key] = stmt
+    params["w_node"] = node_id
+    if notify:
+        params["n_payload"] = due_payload(node_id, min(w.next_at for w in writes))
+    ids = {int(r[0]) for r in conn.execute(stmt, params)}
+    _faultpoints.reached("finish")
+    return ids
+
+
+def _batch_columns(store: Store, history: bool) -> list[sa.ColumnClause[Any]]:
+    t, runs = store.table, store.runs_table
+    return [
+        sa.column("w_id", sa.BigInteger()),
+        sa.column("w_token", sa.BigInteger()),
+        sa.column("w_next", UTCDateTime()),
+        sa.column("w_attempt", sa.Integer()),
+        sa.column("w_status", t.c.last_status.type),
+        sa.column("w_success", sa.Integer()),
+        sa.column("w_error", t.c.last_error.type),
+        sa.column("w_set_payload", sa.Boolean()),
+        sa.column("w_payload", t.c.payload.type),
+        *([
+            sa.column("r_log", sa.Boolean()),
+            sa.column("r_name", runs.c.task_name.type),
+            sa.column("r_token", sa.BigInteger()),
+            sa.column("r_attempt", sa.Integer()),
+            sa.column("r_node", runs.c.node_id.type),
+            sa.column("r_scheduled", UTCDateTime()),
+            sa.column("r_started", UTCDateTime()),
+        ] if history else []),
+    ]
+
+
+def _values_statement(
+    store: Store, v: sa.FromClause, history: bool, notify: bool
+) -> sa.Executable:
+    """The batch's fenced ``UPDATE … FROM v RETURNING`` (``w_node`` is the node's id), with
+    the run rows' ``INSERT`` (``history``) and the ``NOTIFY`` (``notify``, payload
+    ``n_payload``) in the same statement."""
+    t = store.table
+    node = sa.bindparam("w_node", type_=t.c.locked_by.type)
+    update = (
+        sa.update(t)
+        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+        .values(
+            locked_by=None,
+            next_process_at=v.c.w_next,
+            attempt=v.c.w_attempt,
+            last_status=v.c.w_status,
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
+            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
+            payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
+            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
+        )
+    )
+    if not history and not notify:
+        return update.returning(t.c.id)
+    returned: list[sa.ColumnElement[Any]] = [t.c.id]
+    if history:
+        returned += [v.c.w_status, v.c.w_error, v.c.r_log, v.c.r_name, v.c.r_token,
+                     v.c.r_attempt, v.c.r_node, v.c.r_scheduled, v.c.r_started]
+    done = update.returning(*returned).cte("finished")
+    columns: list[sa.ColumnElement[Any]] = [done.c.id]
+    if notify:
+        # The next occurrence is due before the peers' next poll (FixedDelay(0), a retry):
+        # wake them, in the same statement (identical notifications are delivered once).
+        # Its payload says who wrote what is due when: this node's listener ignores it (its
+        # poller knows already), the others take the time as a hint instead of polling.
+        columns.append(sa.func.pg_notify(
+            store.channel, sa.bindparam("n_payload", type_=sa.Unicode())).label("notified"))
+    stmt = sa.select(*columns)
+    if history:
+        logged = insert_from(store, sa.select(
+            done.c.r_name, done.c.r_token, done.c.r_attempt, done.c.r_node, done.c.r_scheduled,
+            done.c.r_started, db_now(), done.c.w_status, done.c.w_error,
+        ).where(done.c.r_log))
+        stmt = stmt.add_cte(logged.cte("logged"))
+    return stmt
+
+
+def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
+    if run is None:
+        return (False, None, None, None, None, None, None)
+    return (True, run.name, run.token, run.attempt, run.node_id, run.scheduled_at,
+            run.started_at)
+
+
+# -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) ------
+def write_joined(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+) -> set[int] | None:
+    """The batch in two statements instead of two per execution: the run rows first, one
+    ``INSERT … SELECT`` joining the batch's rows to the tasks they still hold (fenced, as
+    :func:`~.history.log_first` does for one), then one fenced multi-row ``UPDATE``.
+
+    Returns the ids that landed, or ``None`` when the run rows could not be written as one
+    statement (a row of the same execution is there already: a retried finish, a ``lost``
+    row), for the caller to write the batch one execution at a time, as before.
+
+    Which writes landed is exact: the update stamps the batch's own random ``claim`` on the
+    rows it finishes (a finished row's claim is not read any more), so a read of that stamp
+    right after tells them apart from rows another node took over, unless one was picked
+    again within that moment (then the pick's ``prev_locked_by`` tells, as after a lost
+    answer)."""
+    history = store.history and any(w.run is not None for w in writes)
+    insert, update = _joined_statements(store, history, len(writes))
+    params: dict[str, Any] = {"j_node": node_id, "j_marker": uuid.uuid4().hex}
+    for n, w in enumerate(writes):
+        for name, value in zip(_names(history), _row_values(w, history), strict=True):
+            params[f"j{n}_{name}"] = value
+    if insert is not None:
+        try:
+            # One autocommit statement: it inserts all its rows or none.
+            conn.execute(insert, params)
+        except sa.exc.IntegrityError:
+            return None
+        _faultpoints.reached("finish_history")
+    count = conn.execute(update, params).rowcount
+    _faultpoints.reached("finish")
+    if count == len(writes):
+        return {w.id for w in writes}
+    t = store.table
+    ids = [w.id for w in writes]
+    return {int(r[0]) for r in conn.execute(
+        sa.select(t.c.id).where(t.c.id.in_(ids), t.c.claim == params["j_marker"]))}
+
+
+def _names(history: bool) -> list[str]:
+    return _NAMES_HISTORY if history else _NAMES
+
+
+def _joined_statements(
+    store: Store, history: bool, size: int
+) -> tuple[sa.Executable | None, sa.Executable]:
+    """The run rows' insert (with ``history``) and the fenced update for a batch of ``size``,
+    built once per size: parameters ``j<n>_<column>``, ``j_node`` and ``j_marker``."""
+    key = (history, size)
+    cached: tuple[sa.Executable | None, sa.Executable] | None = store.joined_statements.get(key)
+    if cached is not None:
+        return cached
+    t = store.table
+    columns = _batch_columns(store, history)
+    v = _union_rows(columns, size, store)
+    node = sa.bindparam("j_node", type_=t.c.locked_by.type)
+    fence = sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+    insert = None
+    if history:
+        source = sa.select(
+            v.c.r_name, v.c.r_token, v.c.r_attempt, v.c.r_node, v.c.r_scheduled,
+            v.c.r_started, db_now(), v.c.w_status, v.c.w_error,
+        ).select_from(t.join(v, fence)).where(v.c.r_log == 1)
+        insert = sa.insert(store.runs_table).from_select(list(RUN_COLUMNS), source)
+    update = (
+        sa.update(t)
+        .where(fence)
+        .values(
+            locked_by=None,
+            claim=sa.bindparam("j_marker", type_=t.c.claim.type),
+            next_process_at=v.c.w_next,
+            attempt=v.c.w_attempt,
+            last_status=v.c.w_status,
+            last_finished_at=db_now(),
+            stop_requested=False,
+            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
+            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
+            payload=sa.case((v.c.w_set_payload == 1, v.c.w_payload), else_=t.c.payload),
+            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
+        )
+    )
+    if len(store.joined_statements) > 256:  # batch sizes are bounded by the workers anyway
+        store.joined_statements.clear()
+    store.joined_statements[key] = (insert, update)
+    return insert, update
+
+
+_NAMES = ["w_id", "w_token", "w_next", "w_attempt", "w_status", "w_success", "w_error",
+          "w_set_payload", "w_payload"]
+_NAMES_HISTORY = [*_NAMES, "r_log", "r_name", "r_token", "r_attempt", "r_node", "r_scheduled",
+                  "r_started"]
+
+
+def _row_values(w: FinishWrite, history: bool) -> tuple[Any, ...]:
+    payload = not isinstance(w.payload, _Unset)
+    return (w.id, w.token, w.next_at, w.attempt, w.status, 1 if w.status == "success" else 0,
+            w.error, 1 if payload else 0, w.payload if payload else None,
+            *((1 if w.run is not None else 0, *_run_fields(w.run)[1:]) if history else ()))
+
+
+def _union_rows(
+    columns: Sequence[sa.ColumnClause[Any]], size: int, store: Store
+) -> sa.Subquery:
+    """``size`` rows as ``(SELECT :j0_w_id AS w_id, … UNION ALL SELECT …) AS w``, each value a
+    parameter typed like the column it is written to (flags as integers: every database
+    compares them alike)."""
+    t = store.table
+    types: dict[str, Any] = {"w_next": t.c.next_process_at.type,
+                             "r_scheduled": store.runs_table.c.scheduled_at.type,
+                             "r_started": store.runs_table.c.started_at.type}
+    flags = {"w_set_payload", "r_log"}
+
+    def typed(c: sa.ColumnClause[Any]) -> Any:
+        if c.name in flags:
+            return sa.Integer()
+        return types.get(c.name, c.type)
+
+    selects = [
+        sa.select(*(sa.bindparam(f"j{n}_{c.name}", type_=typed(c)).label(c.name)
+                    for c in columns))
+        for n in range(size)
+    ]
+    union = selects[0] if len(selects) == 1 else sa.union_all(*selects)
+    return union.subquery("w")

@@ -1,0 +1,116 @@
+"""What every dialect module shares besides :class:`~.base.Dialect`: the database-clock
+functions (compiled per backend), the picked-row type, the words for a failed connection, and
+the portable insert-if-absent statement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
+
+from .types import UTCDateTime
+
+__all__ = [
+    "ConnectKind", "ConnectProblem", "PickedRow", "db_now", "db_now_plus", "driver_error",
+    "first_int_arg", "insert_if_absent_statement", "pick_limit", "seconds_param",
+]
+
+PickedRow = Mapping[str, Any]
+"""A picked row: every column with its value after the pick, plus ``prev_locked_by``,
+``prev_next_process_at`` and ``prev_last_started_at`` as they were before it."""
+
+
+class db_now(FunctionElement[datetime]):
+    """The database's current time in UTC, compiled per dialect (never the node's clock)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now"
+
+
+class db_now_plus(FunctionElement[datetime]):
+    """``db_now() + seconds``; the single argument is a number of seconds (a bound float)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now_plus"
+
+    def __init__(self, seconds: ColumnElement[Any] | float) -> None:
+        super().__init__(
+            seconds
+            if isinstance(seconds, ColumnElement)
+            else sa.literal(float(seconds), sa.Float())
+        )
+
+
+def pick_limit() -> ColumnElement[int]:
+    """The pick's row limit as the bound parameter ``p_limit``: the statements built once
+    (the PostgreSQL pick and its candidates) take each pick's limit with its parameters."""
+    return sa.bindparam("p_limit", type_=sa.Integer())
+
+
+def seconds_param(name: str) -> ColumnElement[float]:
+    """A bound number of seconds, typed so every driver sends it as a float."""
+    return sa.bindparam(name, type_=sa.Float())
+
+
+ConnectKind = Literal["host", "starting", "database", "user", "password", "login"]
+
+
+@dataclass(frozen=True)
+class ConnectProblem:
+    """Why a connection failed, in words for the person who wrote the URL.
+
+    ``kind`` is ``host`` (nothing answers at that address, or the name does not resolve),
+    ``starting`` (the server answers but is not ready yet), ``database`` (no such database),
+    ``user``, ``password``, or ``login`` (user or password wrong; the server does not say
+    which). Only ``host`` and ``starting`` can go away by waiting.
+    """
+
+    kind: ConnectKind
+    message: str
+
+    @property
+    def may_pass(self) -> bool:
+        """True when the same URL may work later (the server is down or still starting)."""
+        return self.kind in ("host", "starting")
+
+
+def driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception inside a SQLAlchemy one (``exc.orig``), else ``exc`` itself."""
+    orig = getattr(exc, "orig", None)
+    return orig if isinstance(orig, BaseException) else exc
+
+
+def first_int_arg(exc: BaseException) -> int | None:
+    """The error number PyMySQL and pyodbc-style drivers put first in ``args``."""
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def insert_if_absent_statement(
+    table: sa.Table, values: Mapping[str, Any], guard_hints: str | None = None
+) -> sa.Insert:
+    """``INSERT INTO t (…) SELECT :v, … WHERE NOT EXISTS (SELECT * FROM t WHERE name = :name)``.
+
+    For backends without an upsert (SQL Server takes ``guard_hints`` on the probe; Oracle
+    renders ``FROM DUAL``). ``None`` values are left out: the columns default to ``NULL``, and an
+    untyped ``NULL`` parameter in a select list is something drivers describe differently.
+    """
+    present = {k: v for k, v in values.items() if v is not None}
+    binds = {
+        name: sa.bindparam(f"v_{name}", value, type_=table.c[name].type)
+        for name, value in present.items()
+    }
+    existing = table.alias("existing")
+    probe = sa.select(existing.c.id).where(existing.c.queue_name == binds["queue_name"])
+    if guard_hints is not None:
+        probe = probe.with_hint(existing, guard_hints, "mssql")
+    return sa.insert(table).from_select(
+        list(binds), sa.select(*binds.values()).where(~probe.exists())
+    )
