@@ -140,7 +140,7 @@ def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
             run.started_at)
 
 
-# -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) ------
+# -- databases that join the batch's rows as a derived table (MySQL/MariaDB) ---------------
 def write_joined(
     store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
 ) -> set[int] | None:

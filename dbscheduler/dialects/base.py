@@ -74,7 +74,7 @@ class Dialect:
     joined_finish: ClassVar[bool] = False
     """A batch of finishes can be two statements, its run rows' ``INSERT … SELECT`` and a
     multi-row ``UPDATE``, each joining the batch's rows as a derived table (MySQL's
-    multi-table ``UPDATE``, SQLite's ``UPDATE … FROM``); otherwise two per execution."""
+    multi-table ``UPDATE``); otherwise two per execution."""
     autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options under which every statement commits on its own."""
 
