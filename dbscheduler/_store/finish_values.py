@@ -84,6 +84,24 @@ def _batch_columns(store: Store, history: bool) -> list[sa.ColumnClause[Any]]:
     ]
 
 
+def _finished(
+    t: sa.Table, v: sa.FromClause, set_payload: sa.ColumnElement[Any]
+) -> dict[str, Any]:
+    """What a landed finish writes on its row, from the batch's columns ``w_*``."""
+    return {
+        "locked_by": None,
+        "next_process_at": v.c.w_next,
+        "attempt": v.c.w_attempt,
+        "last_status": v.c.w_status,
+        "last_finished_at": db_now(),
+        "stop_requested": False,
+        "reenqueue_attempt": t.c.reenqueue_attempt + v.c.w_success,
+        "last_error": sa.func.coalesce(v.c.w_error, t.c.last_error),
+        "payload": sa.case((set_payload, v.c.w_payload), else_=t.c.payload),
+        "last_success_at": sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
+    }
+
+
 def _values_statement(
     store: Store, v: sa.FromClause, history: bool, notify: bool
 ) -> sa.Executable:
@@ -95,18 +113,7 @@ def _values_statement(
     update = (
         sa.update(t)
         .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
-        .values(
-            locked_by=None,
-            next_process_at=v.c.w_next,
-            attempt=v.c.w_attempt,
-            last_status=v.c.w_status,
-            last_finished_at=db_now(),
-            stop_requested=False,
-            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
-            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
-            payload=sa.case((v.c.w_set_payload, v.c.w_payload), else_=t.c.payload),
-            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
-        )
+        .values(**_finished(t, v, v.c.w_set_payload))
     )
     if not history and not notify:
         return update.returning(t.c.id)
@@ -208,19 +215,9 @@ def _joined_statements(
     update = (
         sa.update(t)
         .where(fence)
-        .values(
-            locked_by=None,
-            claim=sa.bindparam("j_marker", type_=t.c.claim.type),
-            next_process_at=v.c.w_next,
-            attempt=v.c.w_attempt,
-            last_status=v.c.w_status,
-            last_finished_at=db_now(),
-            stop_requested=False,
-            reenqueue_attempt=t.c.reenqueue_attempt + v.c.w_success,
-            last_error=sa.func.coalesce(v.c.w_error, t.c.last_error),
-            payload=sa.case((v.c.w_set_payload == 1, v.c.w_payload), else_=t.c.payload),
-            last_success_at=sa.case((v.c.w_success == 1, db_now()), else_=t.c.last_success_at),
-        )
+        # The flag arrives as 0/1 from a UNION of parameters, not as a boolean column.
+        .values(claim=sa.bindparam("j_marker", type_=t.c.claim.type),
+                **_finished(t, v, v.c.w_set_payload == 1))
     )
     if len(store.joined_statements) > 256:  # batch sizes are bounded by the workers anyway
         store.joined_statements.clear()
