@@ -57,9 +57,12 @@ class StoreBase:
         self._full_groups: sa.Select[Any] | None = None
         self._eligible: dict[tuple[object, frozenset[str], bool], sa.ColumnElement[bool]] = {}
         """Conditions of :mod:`.controls`, built once (building them is costly)."""
-        self.pick_conditions: dict[tuple[frozenset[str], frozenset[str], frozenset[int]],
-                                   Any] = {}
-        """The pick's conditions by (names, tags, excluded ids), built once (:mod:`.pick`)."""
+        self.strangers: frozenset[str] = frozenset()
+        """Handlers of rows met in the table that this node lacks (:mod:`.handlers`)."""
+        self.pick_conditions: dict[tuple[frozenset[str], frozenset[str], frozenset[int],
+                                         frozenset[str]], Any] = {}
+        """The pick's conditions by (names, tags, excluded ids, strangers), built once
+        (:mod:`.pick`)."""
         self.finish_statements: dict[tuple[bool, bool], sa.Executable] = {}
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""

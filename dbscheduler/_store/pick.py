@@ -15,6 +15,7 @@ from .. import _faultpoints
 from ..dialects import PickedRow
 from ..logfields import engine_log
 from .controls import eligible
+from .handlers import handler_filter, learn_strangers
 from .runtime import due_candidates, next_due_of
 
 if TYPE_CHECKING:
@@ -55,8 +56,9 @@ def pick_rows(
     strangers = [r for r in rows if r["handler"] not in known]
     if not strangers:
         return rows
-    # Only a read back by claim can bring rows of another handler (a filter cannot): give
-    # them back as they were.
+    learn_strangers(store, [r["handler"] for r in strangers])
+    # A read back by claim, or a pick filtered by the handlers this node lacks (when it has
+    # many) before it met these: give them back as they were.
     with store.autocommit() as conn:
         unpick(store, conn, node_id, strangers)
     return [
@@ -73,7 +75,7 @@ def _conditions(store: Store, known: frozenset[str], exclude: frozenset[int]) ->
     """The pick's ``where``, candidates and next-due query for these names, the node's tags
     and ``exclude``: built once and kept while they stay the same (usually for the node's
     whole life), so the dialect can keep the statement built from them too."""
-    key = (known, store.tags, exclude)
+    key = (known, store.tags, exclude, store.strangers)
     cached: _Conditions | None = store.pick_conditions.get(key)
     if cached is not None:
         return cached
@@ -84,9 +86,7 @@ def _conditions(store: Store, known: frozenset[str], exclude: frozenset[int]) ->
     # would turn PostgreSQL's plan into a scan of the whole table.
     where = sa.and_(t.c.paused == False,  # noqa: E712
                     eligible(store, t, store.tags, groups=candidates is None))
-    name_filter = store.dialect.names_in(t.c.handler, sorted(known))
-    if name_filter is not None:
-        where = sa.and_(where, name_filter)
+    where = sa.and_(where, handler_filter(store, t.c.handler, known))
     if exclude:
         where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
     built = (where, candidates, next_due_of(store, known, later=True))

@@ -14,14 +14,11 @@ from ..dialects import db_now, pick_limit
 from ..logfields import engine_log
 from .base import StoreBase
 from .controls import eligible
+from .handlers import UNION_LIMIT, handler_filter
 
 __all__ = ["UNION_LIMIT", "RuntimeRow", "due_candidates", "next_due_of", "write_runtime"]
 
 log = engine_log("dbscheduler.store")
-
-UNION_LIMIT = 64
-"""Up to this many handlers, the poll asks for each handler's earliest due time separately
-(an index lookup each); beyond it, one ``IN`` over all of them."""
 
 
 def next_due_of(
@@ -47,7 +44,7 @@ def next_due_of(
     names = sorted(known)
     if not names or len(names) > UNION_LIMIT:
         return sa.select(sa.func.min(t.c.next_process_at)).where(
-            unpaused, store.dialect.names_in(t.c.handler, names)
+            unpaused, handler_filter(store, t.c.handler, names)
         )
     each = [
         sa.select(

@@ -144,15 +144,17 @@ class PostgreSQLDialect(Dialect):
         return sa.select(pushed.c.id, woken.label("woken")).add_cte(upsert)
 
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
-        # One array instead of thousands of IN placeholders, rendered into the statement as
-        # a constant: a constant array is hashed by the server, where a parameter array is
+        # One array instead of thousands of IN placeholders, written into the statement as a
+        # constant: a constant array is hashed by the server, where a parameter array is
         # compared with every row one name at a time (milliseconds per pick with a thousand
-        # handlers). The statement is built once per set of names and prepared by the driver.
+        # handlers). Rendered here, once per set of names: a literal-execute parameter would
+        # be rendered again on every pick (a tenth of a busy poller's time with a thousand
+        # names). E'' strings read the same whatever standard_conforming_strings says.
         if not names:
             return sa.false()  # an empty ARRAY[] has no type to compare with
-        array = sa.bindparam("names", list(names), type_=ARRAY(sa.Unicode()), unique=True,
-                             literal_execute=True)
-        return column == sa.any_(array)
+        quoted = ", ".join("E'" + n.replace("\\", "\\\\").replace("'", "''") + "'"
+                           for n in names)
+        return column == sa.any_(sa.literal_column(f"ARRAY[{quoted}]", ARRAY(sa.Unicode())))
 
     def __init__(self) -> None:
         self._picks: dict[tuple[int, ...], tuple[tuple[object, ...], sa.Update]] = {}
