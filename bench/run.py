@@ -1,13 +1,14 @@
 """``python -m bench``: every workload on every system, one Markdown table, one JSON file.
 
-    .venv/bin/python -m bench --quick          # < 2 minutes (peers installed on first use)
-    .venv/bin/python -m bench                  # full, < 15 minutes
+    .venv/bin/python -m bench --quick          # ~3 minutes (peers installed on first use)
+    .venv/bin/python -m bench                  # full, ~30 minutes (10 of them the soak)
     .venv/bin/python -m bench --profile        # py-spy profile of dbscheduler under load
     .venv/bin/python -m bench --only dbs-pg,aps4 --workloads lag,throughput
 
-Every figure is the median of at least three runs, shown as ``median (min–max)``; a run of the
-rate workloads is one measurement window of a node process, the others are separate
-processes. Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
+Every figure is the median of at least three runs, shown as ``median (min–max)`` (``--quick``:
+bursts 2 and 1, one soak); a run of the rate workloads is one measurement window of a node
+process, the others are separate processes (bursts: one after the other on one node).
+Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.burst import burst_session
 from bench.dbs_only import failover_session, wakeup_session
 from bench.infra import (
     BENCH,
@@ -36,6 +38,7 @@ from bench.infra import (
     kill_all,
     log,
 )
+from bench.soak import soak_session
 from bench.table import table
 from bench.workloads import (
     SYSTEMS,
@@ -46,7 +49,7 @@ from bench.workloads import (
     rate_session,
 )
 
-WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "wakeup", "failover")
+WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "burst", "wakeup", "failover", "soak")
 OPTIONAL_WORKLOADS = ("observability",)
 """Run only when named in ``--workloads`` (dbscheduler systems only)."""
 
@@ -56,15 +59,17 @@ QUICK = Settings(
     idle_tasks=1_000, idle_windows=3, idle_window=1.0, idle_settle=0.5,
     wake_runs=3, wake_triggers=8, wake_triggers_polling=0,
     failover_runs=3, failover_lease=1.0,
+    burst_rounds=(2, 1), burst_missed_after=5.0,
+    soak_warmup=5.0, soak_seconds=30.0, soak_sample=2.0,
 )
 QUICK_PLAN = {
     "dbs-pg": {*WORKLOADS, *OPTIONAL_WORKLOADS},
-    "aps3": {"lag", "throughput1", "throughput3", "idle"},
-    "aps4": {"lag", "throughput1", "idle"},
-    "procrastinate": {"lag", "throughput1", "idle"},
+    "aps3": {"lag", "throughput1", "throughput3", "idle", "burst"},
+    "aps4": {"lag", "throughput1", "idle", "burst"},
+    "procrastinate": {"lag", "throughput1", "idle", "burst"},
 }
 """What ``--quick`` runs of each system: PostgreSQL only, peers on one node (the full run runs
-everything everywhere)."""
+everything everywhere; the soak is dbscheduler · PostgreSQL's alone in both)."""
 FULL = Settings(
     windows=3, window=1.5,
     ramp=(100, 250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
@@ -72,14 +77,19 @@ FULL = Settings(
     idle_windows=3, idle_window=5.0,
     wake_runs=3, wake_triggers=20, wake_triggers_polling=2,
     failover_runs=3, failover_lease=3.0,
+    burst_rounds=(5, 3), burst_missed_after=10.0,
+    soak_warmup=30.0, soak_seconds=600.0, soak_sample=5.0,
 )
+SOAK_SYSTEM = "dbs-pg"
+"""The soak's minutes go to the system the project ships first; its peers and the other
+backends would each add as many."""
 ALL_SYSTEMS = ("dbs-pg", "dbs-sqlite", "dbs-mariadb", "aps3", "aps4", "procrastinate")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (~3 min)")
     p.add_argument("--only", default="", help=f"comma-separated systems: {', '.join(SYSTEMS)}")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated: {', '.join(WORKLOADS)}; also "
@@ -169,6 +179,13 @@ def run_system(ctx: Context, system: System, settings: Settings,
                 rates=settings.ramp3 or settings.ramp, stop_on_fail=True, label="throughput"))
     if "idle" in workloads:
         guarded("idle", lambda: idle_session(ctx, system, settings))
+    if "burst" in workloads:
+        guarded("burst", lambda: burst_session(ctx, system, settings))
+    if "soak" in workloads:
+        if system.key == SOAK_SYSTEM:
+            guarded("soak", lambda: soak_session(ctx, system, settings))
+        else:
+            out["soak"] = {"skipped": f"the soak runs on {SYSTEMS[SOAK_SYSTEM].label} only"}
     if system.is_dbs and "wakeup" in workloads and (
             system.backend == "postgresql" or settings.wake_triggers_polling):
         guarded("wakeup", lambda: wakeup_session(ctx, system, settings))
@@ -242,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{info['cores']} cores {info['cpu']}, PostgreSQL {versions.get('postgresql')}, "
           f"MariaDB {versions.get('mariadb')}; {elapsed:.0f} s)\n")
     print(md)
+    if any("skipped" in (r.get("soak") or {}) for r in results.values()):
+        notes.append(f"- The soak runs on {SYSTEMS[SOAK_SYSTEM].label} only.")
     print("\nCells: median (min–max) of the runs. " + " ".join(notes))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.results / f"bench-{mode}-{stamp}.json"

@@ -48,8 +48,33 @@ def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | st
         cells["idle"] = Figure.of(w["statements_per_s"] for w in idle["windows"])
         cells["idle_cpu"] = Figure.of(w["cpu_percent"] for w in idle["windows"])
         cells["idle_start"] = Figure.of([idle["start_seconds"]])
+        cells["idle_rss"] = Figure.of([idle.get("rss_mb", math.nan)])
         cells["idle_server"] = Figure.of(
             w.get("server_statements_per_s", math.nan) for w in idle["windows"])
+    burst = result.get("burst")
+    if isinstance(burst, dict) and "error" not in burst:
+        for size, runs in burst.items():
+            if isinstance(runs, dict):  # skipped
+                cells[f"burst{size}_p50"] = f"not run: {runs['skipped']}"
+                continue
+            for q in ("p50", "p99", "max"):
+                cells[f"burst{size}_{q}"] = _lag_cell([r[f"{q}_ms"] for r in runs])
+            cells[f"burst{size}_dup_missed"] = (
+                f"{sum(r['duplicates'] for r in runs)} / {sum(r['missed'] for r in runs)} "
+                f"of {sum(r['tasks'] for r in runs):,}")
+    elif burst is not None:
+        cells["burst1000_p50"] = "error"
+    soak = result.get("soak")
+    if isinstance(soak, dict) and "points" in soak:
+        cells["soak_start"] = Figure.of([soak["start_mb"]])
+        cells["soak_end"] = Figure.of([soak["end_mb"]])
+        cells["soak_growth"] = f"{soak['growth_mb']:+.1f} MB ({soak['growth_percent']:+.1f} %)"
+        cells["soak_slope"] = f"{soak['slope_mb_per_min']:+.2f}"
+        cells["soak_exec"] = (f"{soak['executions']:,} ({soak['executions_per_s']:,.0f}/s) / "
+                              f"{soak['duplicates']} / {soak['missed']:,}")
+        cells["soak_p99"] = Figure.of([soak["lag_p99_ms"]])
+    elif isinstance(soak, dict) and "error" in soak:
+        cells["soak_start"] = "error"
     wake = result.get("wakeup")
     if isinstance(wake, list):
         cells["wake_p50"] = Figure.of(r["p50_ms"] for r in wake)
@@ -72,6 +97,21 @@ def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | st
     return cells
 
 
+def _lag_cell(values: list[float]) -> Figure | str | None:
+    """A burst's lag over its rounds; a missed task makes a lag infinite (shown as "missed"),
+    which ``fmt`` would print as "inf"."""
+    figure = Figure.of(values)
+    if figure is None or math.isfinite(figure.high):
+        return figure
+
+    def one(v: float) -> str:
+        return "missed" if math.isinf(v) else f"{v:,.0f}"
+
+    if figure.low == figure.high:
+        return one(figure.median)
+    return f"{one(figure.median)} ({one(figure.low)}–{one(figure.high)})"
+
+
 ROWS: tuple[tuple[str, str, int, str], ...] = (
     ("lag20_p50", "start lag, 20 tasks × 1/s: p50 ms", 1, ""),
     ("lag20_p95", "… p95 ms", 1, ""),
@@ -92,6 +132,22 @@ ROWS: tuple[tuple[str, str, int, str], ...] = (
     ("idle_server", "… as the server counts them (pg_stat_statements)", 2, ""),
     ("idle_cpu", "… node CPU %", 1, ""),
     ("idle_start", "… start-up with {idle:,} tasks, s", 1, ""),
+    ("idle_rss", "memory: node RSS with {idle:,} tasks registered (idle), MB", 0, ""),
+    ("burst1000_p50", "burst, 1,000 tasks due at one instant, 1 node: start lag p50 ms", 0, ""),
+    ("burst1000_p99", "… p99 ms (goal ≤ 150)", 0, ""),
+    ("burst1000_max", "… max ms = all started within", 0, ""),
+    ("burst1000_dup_missed", "… duplicates / missed (not started within {missed:g} s)", 0, ""),
+    ("burst5000_p50", "burst, 5,000 tasks due at one instant, 1 node: start lag p50 ms", 0, ""),
+    ("burst5000_p99", "… p99 ms", 0, ""),
+    ("burst5000_max", "… max ms = all started within (goal ≤ 1,000)", 0, ""),
+    ("burst5000_dup_missed", "… duplicates / missed (not started within {missed:g} s)", 0, ""),
+    ("soak_start", "soak, {soak_rate:,}/s offered for {soak_min:g} min, 1 node: RSS after "
+                   "warm-up, MB", 1, ""),
+    ("soak_end", "… RSS at end, MB", 1, ""),
+    ("soak_growth", "… growth, start → end", 0, ""),
+    ("soak_slope", "… RSS slope, MB/min (least squares over every sample)", 0, ""),
+    ("soak_exec", "… executions (exec/s) / duplicates / missed", 0, ""),
+    ("soak_p99", "… start lag p99 ms", 1, ""),
     ("wake_p50", "wake-up, trigger → start: p50 ms", 1, ""),
     ("wake_p99", "… p99 ms (target ≤ 50 on PostgreSQL)", 1, ""),
     ("failover", "failover, kill -9 → start on other node, s", 2, ""),
@@ -130,6 +186,7 @@ def table(results: dict[str, dict[str, Any]], settings: Settings) -> str:
             row.append(value if isinstance(value, str) else fmt(value, digits, unit))
         if all(v == "–" for v in row):
             continue
-        title = title.format(idle=settings.idle_tasks)
+        title = title.format(idle=settings.idle_tasks, missed=settings.burst_missed_after,
+                             soak_rate=settings.soak_rate, soak_min=settings.soak_seconds / 60)
         lines.append(f"| {title} | " + " | ".join(row) + " |")
     return "\n".join(lines)

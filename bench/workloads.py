@@ -23,6 +23,7 @@ from bench.infra import (
     log,
     nodes_cleanup,
 )
+from bench.memory import rss_mb
 from bench.stats import Grid, Sample, window_figures
 
 TABLE = "bench_tasks"
@@ -62,14 +63,18 @@ SYSTEMS: dict[str, System] = {
         System("aps3", "APScheduler 3.11 · PostgreSQL", "bench.nodes.aps3", "aps3",
                "postgresql", max_nodes=1,
                note="one process only: SQLAlchemyJobStore has no locking, a second process "
-                    "runs every job again"),
+                    "runs every job again; burst: one-off DateTrigger jobs at the instant, "
+                    "added while paused"),
         System("aps4", "APScheduler 4.0.0a6 · PostgreSQL", "bench.nodes.aps4", "aps4",
-               "postgresql"),
+               "postgresql",
+               note="burst: DateTrigger schedules at the instant (added again each burst)"),
         System("procrastinate", "Procrastinate 3.10 · PostgreSQL",
                "bench.nodes.procrastinate_node", "procrastinate", "postgresql",
                shared_activation=False, period=1.0, cron_seconds=True,
                note="periodic tasks are cron, 1 s resolution (no sub-second phases); the "
-                    "deferrer wakes 0.5 s after each due second by design"),
+                    "deferrer wakes 0.5 s after each due second by design; burst: periodic "
+                    "tasks whose cron names one whole second, deferred one by one at that "
+                    "second + 0.5 s"),
     )
 }
 
@@ -102,6 +107,21 @@ class Settings:
     wake_poll: float = 5.0
     failover_runs: int = 3
     failover_lease: float = 3.0
+    burst_sizes: tuple[int, ...] = (1000, 5000)
+    """Tasks due at one instant, per burst session (one node each)."""
+    burst_rounds: tuple[int, ...] = (5, 3)
+    """Bursts of each size (the same node, one after the other)."""
+    burst_lead: float = 1.0
+    """Seconds from the burst command to the due instant (a node adds its own set-up time)."""
+    burst_missed_after: float = 10.0
+    """A task not started this long after the due instant counts as missed."""
+    soak_rate: int = 2000
+    """Executions/s offered during the soak (memory growth under load)."""
+    soak_warmup: float = 30.0
+    soak_seconds: float = 600.0
+    """Length of the soak after its warm-up: RSS growth is measured over it."""
+    soak_sample: float = 5.0
+    """Seconds between two RSS samples of the soak."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -292,6 +312,7 @@ def idle_session(ctx: Context, system: System, settings: Settings) -> dict[str, 
                               n=settings.idle_tasks, workers=8, lease=settings.lease,
                               poll=settings.poll)
         time.sleep(settings.idle_settle)
+        rss = rss_mb(node.proc.pid)  # every task registered, nothing due: the resting size
         windows = []
         server = backend.kind == "postgresql"
         before = node.call("stats")
@@ -311,9 +332,10 @@ def idle_session(ctx: Context, system: System, settings: Settings) -> dict[str, 
             if server_before is not None and server_after is not None:
                 windows[-1]["server_statements_per_s"] = (server_after - server_before) / span
             before, server_before = after, server_after
-    result = {"start_seconds": node.ready.get("start_seconds"), "windows": windows}
+    result = {"start_seconds": node.ready.get("start_seconds"), "rss_mb": rss,
+              "windows": windows}
     log(f"  {system.key} idle with {settings.idle_tasks:,} tasks: start "
-        f"{result['start_seconds']:.1f} s, statements/s "
+        f"{result['start_seconds']:.1f} s, RSS {rss:.0f} MB, statements/s "
         f"{[round(w['statements_per_s'], 2) for w in windows]}, server-side "
         f"{[round(w.get('server_statements_per_s', math.nan), 2) for w in windows]}")
     return result
