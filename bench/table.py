@@ -60,7 +60,7 @@ def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | st
             for q in ("p50", "p99", "max"):
                 cells[f"burst{size}_{q}"] = _lag_cell([r[f"{q}_ms"] for r in runs])
             cells[f"burst{size}_dup_missed"] = (
-                f"{sum(r['duplicates'] for r in runs)} / {sum(r['missed'] for r in runs)} "
+                f"{sum(r['duplicates'] for r in runs):,} / {sum(r['missed'] for r in runs):,} "
                 f"of {sum(r['tasks'] for r in runs):,}")
     elif burst is not None:
         cells["burst1000_p50"] = "error"
