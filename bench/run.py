@@ -77,7 +77,7 @@ FULL = Settings(
     idle_windows=3, idle_window=5.0,
     wake_runs=3, wake_triggers=20, wake_triggers_polling=2,
     failover_runs=3, failover_lease=3.0,
-    burst_rounds=(5, 3), burst_missed_after=10.0,
+    burst_rounds=(3, 3), burst_missed_after=10.0,
     soak_warmup=30.0, soak_seconds=600.0, soak_sample=5.0,
 )
 SOAK_SYSTEM = "dbs-pg"

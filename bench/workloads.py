@@ -109,7 +109,7 @@ class Settings:
     failover_lease: float = 3.0
     burst_sizes: tuple[int, ...] = (1000, 5000)
     """Tasks due at one instant, per burst session (one node each)."""
-    burst_rounds: tuple[int, ...] = (5, 3)
+    burst_rounds: tuple[int, ...] = (3, 3)
     """Bursts of each size (the same node, one after the other)."""
     burst_lead: float = 1.0
     """Seconds from the burst command to the due instant (a node adds its own set-up time)."""
