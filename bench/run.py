@@ -6,8 +6,8 @@
     .venv/bin/python -m bench --only dbs-pg,aps4 --workloads lag,throughput
 
 Every figure is the median of at least three runs, shown as ``median (min–max)`` (``--quick``:
-bursts 2 and 1, one soak); a run of the rate workloads is one measurement window of a node
-process, the others are separate processes (bursts: one after the other on one node).
+one burst of each size, one soak); a run of the rate workloads is one measurement window of a
+node process, the others are separate processes (bursts: one after the other on one node).
 Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
 """
 
@@ -59,7 +59,7 @@ QUICK = Settings(
     idle_tasks=1_000, idle_windows=3, idle_window=1.0, idle_settle=0.5,
     wake_runs=3, wake_triggers=8, wake_triggers_polling=0,
     failover_runs=3, failover_lease=1.0,
-    burst_rounds=(2, 1), burst_missed_after=5.0,
+    burst_rounds=(1, 1), burst_missed_after=5.0,
     soak_warmup=5.0, soak_seconds=30.0, soak_sample=2.0,
 )
 QUICK_PLAN = {
