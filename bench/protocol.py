@@ -11,6 +11,9 @@ prints ``ready {json}`` once its scheduler runs, then answers one command per st
   ``p`` seconds from about ``lead`` seconds from now; replies ``{"t0": …, "spread": bool}``:
   task ``i`` fires at ``t0 + (i - a) * p / (b - a) + k * p`` when ``spread``, else at
   ``t0 + k * p``;
+* ``burst {"n": n, "lead": s}``: make tasks ``0..n-1`` due once, all at the same instant
+  ``t0``, at least ``lead`` seconds from now (plus whatever the node needs to set them up);
+  replies ``{"t0": …}``;
 * ``dump {"path": …}``: write the samples recorded since the last dump and forget them;
 * ``stats {}``: statements sent so far (by first keyword) and CPU seconds used;
 * ``stop {}``: shut the scheduler down gracefully and exit.

@@ -1,20 +1,20 @@
 """``python -m bench``: every workload on every system, one Markdown table, one JSON file.
 
-    .venv/bin/python -m bench --quick          # < 2 minutes (peers installed on first use)
-    .venv/bin/python -m bench                  # full, < 15 minutes
+    .venv/bin/python -m bench --quick          # ~3 minutes (peers installed on first use)
+    .venv/bin/python -m bench                  # full, ~30 minutes (10 of them the soak)
     .venv/bin/python -m bench --profile        # py-spy profile of dbscheduler under load
     .venv/bin/python -m bench --only dbs-pg,aps4 --workloads lag,throughput
 
-Every figure is the median of at least three runs, shown as ``median (min–max)``; a run of the
-rate workloads is one measurement window of a node process, the others are separate
-processes. Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
+Every figure is the median of at least three runs, shown as ``median (min–max)`` (``--quick``:
+one burst of each size, one soak); a run of the rate workloads is one measurement window of a
+node process, the others are separate processes (bursts: one after the other on one node).
+Progress goes to stderr, the table to stdout, JSON to ``bench/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
@@ -25,6 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.burst import burst_session
+from bench.dbs_only import failover_session, wakeup_session
 from bench.infra import (
     BENCH,
     PEER_ENVS,
@@ -36,20 +38,18 @@ from bench.infra import (
     kill_all,
     log,
 )
-from bench.stats import Figure, fmt
+from bench.soak import soak_session
+from bench.table import table
 from bench.workloads import (
     SYSTEMS,
     Context,
     Settings,
     System,
-    failover_session,
     idle_session,
     rate_session,
-    sustained,
-    wakeup_session,
 )
 
-WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "wakeup", "failover")
+WORKLOADS = ("lag", "throughput1", "throughput3", "idle", "burst", "wakeup", "failover", "soak")
 OPTIONAL_WORKLOADS = ("observability",)
 """Run only when named in ``--workloads`` (dbscheduler systems only)."""
 
@@ -59,15 +59,17 @@ QUICK = Settings(
     idle_tasks=1_000, idle_windows=3, idle_window=1.0, idle_settle=0.5,
     wake_runs=3, wake_triggers=8, wake_triggers_polling=0,
     failover_runs=3, failover_lease=1.0,
+    burst_rounds=(1, 1), burst_missed_after=5.0,
+    soak_warmup=5.0, soak_seconds=30.0, soak_sample=2.0,
 )
 QUICK_PLAN = {
     "dbs-pg": {*WORKLOADS, *OPTIONAL_WORKLOADS},
-    "aps3": {"lag", "throughput1", "throughput3", "idle"},
-    "aps4": {"lag", "throughput1", "idle"},
-    "procrastinate": {"lag", "throughput1", "idle"},
+    "aps3": {"lag", "throughput1", "throughput3", "idle", "burst"},
+    "aps4": {"lag", "throughput1", "idle", "burst"},
+    "procrastinate": {"lag", "throughput1", "idle", "burst"},
 }
 """What ``--quick`` runs of each system: PostgreSQL only, peers on one node (the full run runs
-everything everywhere)."""
+everything everywhere; the soak is dbscheduler · PostgreSQL's alone in both)."""
 FULL = Settings(
     windows=3, window=1.5,
     ramp=(100, 250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
@@ -75,14 +77,19 @@ FULL = Settings(
     idle_windows=3, idle_window=5.0,
     wake_runs=3, wake_triggers=20, wake_triggers_polling=2,
     failover_runs=3, failover_lease=3.0,
+    burst_rounds=(3, 3), burst_missed_after=10.0,
+    soak_warmup=30.0, soak_seconds=600.0, soak_sample=5.0,
 )
+SOAK_SYSTEM = "dbs-pg"
+"""The soak's minutes go to the system the project ships first; its peers and the other
+backends would each add as many."""
 ALL_SYSTEMS = ("dbs-pg", "dbs-sqlite", "dbs-mariadb", "aps3", "aps4", "procrastinate")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (~3 min)")
     p.add_argument("--only", default="", help=f"comma-separated systems: {', '.join(SYSTEMS)}")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated: {', '.join(WORKLOADS)}; also "
@@ -172,6 +179,13 @@ def run_system(ctx: Context, system: System, settings: Settings,
                 rates=settings.ramp3 or settings.ramp, stop_on_fail=True, label="throughput"))
     if "idle" in workloads:
         guarded("idle", lambda: idle_session(ctx, system, settings))
+    if "burst" in workloads:
+        guarded("burst", lambda: burst_session(ctx, system, settings))
+    if "soak" in workloads:
+        if system.key == SOAK_SYSTEM:
+            guarded("soak", lambda: soak_session(ctx, system, settings))
+        else:
+            out["soak"] = {"skipped": f"the soak runs on {SYSTEMS[SOAK_SYSTEM].label} only"}
     if system.is_dbs and "wakeup" in workloads and (
             system.backend == "postgresql" or settings.wake_triggers_polling):
         guarded("wakeup", lambda: wakeup_session(ctx, system, settings))
@@ -182,133 +196,6 @@ def run_system(ctx: Context, system: System, settings: Settings,
 
         guarded("observability", lambda: observability_session(ctx, system, settings))
     return out
-
-
-# -- the table ------------------------------------------------------------------------------
-def _windows(steps: Any, rate: int) -> list[dict[str, float]]:
-    if not isinstance(steps, list):
-        return []
-    for step in steps:
-        if step["rate"] == rate:
-            return list(step["windows"])
-    return []
-
-
-def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | str | None]:
-    """The table's cells of one system, as figures (or a short text when not applicable)."""
-    cells: dict[str, Figure | str | None] = {}
-    lag = result.get("lag")
-    for rate in settings.lag_rates:
-        wins = _windows(lag, rate)
-        for q in ("p50", "p95", "p99", "max"):
-            cells[f"lag{rate}_{q}"] = Figure.of(w[f"lag_{q}_ms"] for w in wins)
-    if isinstance(lag, list):
-        wins = [w for step in lag for w in step["windows"]]
-        cells["lag_dup_missed"] = (f"{sum(int(w['duplicates']) for w in wins)} / "
-                                   f"{sum(int(w['missed']) for w in wins)} of "
-                                   f"{sum(int(w['due']) for w in wins):,}")
-    for n in (1, 3):
-        steps = result.get(f"throughput_{n}")
-        if isinstance(steps, list):
-            cells[f"tput{n}"] = Figure.of(sustained(steps))
-            wins = [w for step in steps for w in step["windows"]]
-            cells[f"tput{n}_peak"] = Figure.of(
-                [max((w["executions_per_s"] for w in wins), default=math.nan)])
-            cells[f"tput{n}_dup"] = str(sum(int(w["duplicates"]) for w in wins))
-        elif isinstance(steps, dict) and "skipped" in steps:
-            cells[f"tput{n}"] = "n/a (1 process only)"
-        elif steps is not None:
-            cells[f"tput{n}"] = "error"
-    idle = result.get("idle")
-    if isinstance(idle, dict) and "windows" in idle:
-        cells["idle"] = Figure.of(w["statements_per_s"] for w in idle["windows"])
-        cells["idle_cpu"] = Figure.of(w["cpu_percent"] for w in idle["windows"])
-        cells["idle_start"] = Figure.of([idle["start_seconds"]])
-        cells["idle_server"] = Figure.of(
-            w.get("server_statements_per_s", math.nan) for w in idle["windows"])
-    wake = result.get("wakeup")
-    if isinstance(wake, list):
-        cells["wake_p50"] = Figure.of(r["p50_ms"] for r in wake)
-        cells["wake_p99"] = Figure.of(r["p99_ms"] for r in wake)
-    fo = result.get("failover")
-    if isinstance(fo, list):
-        cells["failover"] = Figure.of(r["seconds"] for r in fo)
-        cells["failover_lease"] = str(fo[0]["lease"]) if fo else None
-    obs = result.get("observability")
-    if isinstance(obs, dict) and "windows" in obs:
-        for mode, wins in obs["windows"].items():
-            cells[f"obs_{mode}"] = Figure.of(w["executions_per_s"] for w in wins)
-            cells[f"obs_{mode}_p99"] = Figure.of(w["lag_p99_ms"] for w in wins)
-            cells[f"obs_{mode}_cpu"] = Figure.of(w["cpu_us_per_execution"] for w in wins)
-            if "listener_us" in obs:
-                cells[f"obs_{mode}_listeners"] = Figure.of([obs["listener_us"][mode]])
-            if mode != "off":
-                cells[f"obs_{mode}_loss"] = (f"{-obs[f'{mode}_loss_percent']:+.1f} % exec/s, "
-                                             f"{obs[f'{mode}_cpu_extra_percent']:+.0f} % CPU")
-    return cells
-
-
-ROWS: tuple[tuple[str, str, int, str], ...] = (
-    ("lag20_p50", "start lag, 20 tasks × 1/s: p50 ms", 1, ""),
-    ("lag20_p95", "… p95 ms", 1, ""),
-    ("lag20_p99", "… p99 ms", 1, ""),
-    ("lag20_max", "… max ms", 1, ""),
-    ("lag1000_p50", "start lag, 1,000 tasks × 1/s: p50 ms", 1, ""),
-    ("lag1000_p95", "… p95 ms", 1, ""),
-    ("lag1000_p99", "… p99 ms (target ≤ 10)", 1, ""),
-    ("lag1000_max", "… max ms", 1, ""),
-    ("lag_dup_missed", "duplicates / missed fire times (lag runs)", 0, ""),
-    ("tput1", "throughput, 1 node: exec/s with lag p99 < 100 ms (target ≥ 5,000)", 0, ""),
-    ("tput1_peak", "… highest exec/s seen at any step", 0, ""),
-    ("tput3", "throughput, 3 nodes: exec/s with lag p99 < 100 ms", 0, ""),
-    ("tput3_peak", "… highest exec/s seen at any step", 0, ""),
-    ("tput1_dup", "duplicates (throughput, 1 node)", 0, ""),
-    ("tput3_dup", "duplicates (throughput, 3 nodes)", 0, ""),
-    ("idle", "idle, {idle:,} tasks: statements/s per node (target ≤ 1.5)", 2, ""),
-    ("idle_server", "… as the server counts them (pg_stat_statements)", 2, ""),
-    ("idle_cpu", "… node CPU %", 1, ""),
-    ("idle_start", "… start-up with {idle:,} tasks, s", 1, ""),
-    ("wake_p50", "wake-up, trigger → start: p50 ms", 1, ""),
-    ("wake_p99", "… p99 ms (target ≤ 50 on PostgreSQL)", 1, ""),
-    ("failover", "failover, kill -9 → start on other node, s", 2, ""),
-    ("failover_lease", "… lease, s (target ≤ lease + 1)", 0, ""),
-    ("obs_off", "observability off, 2,000/s offered: exec/s", 0, ""),
-    ("obs_off_p99", "… lag p99 ms", 1, ""),
-    ("obs_off_cpu", "… node CPU µs per execution", 0, ""),
-    ("obs_off_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
-    ("obs_metrics", "PrometheusMetrics: exec/s", 0, ""),
-    ("obs_metrics_p99", "… lag p99 ms", 1, ""),
-    ("obs_metrics_cpu", "… node CPU µs per execution", 0, ""),
-    ("obs_metrics_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
-    ("obs_metrics_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
-    ("obs_tracing", "metrics + tracing, every span recorded: exec/s", 0, ""),
-    ("obs_tracing_p99", "… lag p99 ms", 1, ""),
-    ("obs_tracing_cpu", "… node CPU µs per execution", 0, ""),
-    ("obs_tracing_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
-    ("obs_tracing_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
-    ("obs_sampled", "metrics + tracing, 10 % of traces sampled: exec/s", 0, ""),
-    ("obs_sampled_p99", "… lag p99 ms", 1, ""),
-    ("obs_sampled_cpu", "… node CPU µs per execution", 0, ""),
-    ("obs_sampled_listeners", "… listeners' own CPU µs per execution (in process)", 1, ""),
-    ("obs_sampled_loss", "… vs off: executions/s (goal: ≥ −10 %), CPU per execution", 0, ""),
-)
-
-
-def table(results: dict[str, dict[str, Any]], settings: Settings) -> str:
-    keys = list(results)
-    cells = {k: figures(results[k], settings) for k in keys}
-    header = "| | " + " | ".join(results[k]["label"] for k in keys) + " |"
-    lines = [header, "|---" * (len(keys) + 1) + "|"]
-    for key, title, digits, unit in ROWS:
-        row = []
-        for k in keys:
-            value = cells[k].get(key)
-            row.append(value if isinstance(value, str) else fmt(value, digits, unit))
-        if all(v == "–" for v in row):
-            continue
-        title = title.format(idle=settings.idle_tasks)
-        lines.append(f"| {title} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{info['cores']} cores {info['cpu']}, PostgreSQL {versions.get('postgresql')}, "
           f"MariaDB {versions.get('mariadb')}; {elapsed:.0f} s)\n")
     print(md)
+    if any("skipped" in (r.get("soak") or {}) for r in results.values()):
+        notes.append(f"- The soak runs on {SYSTEMS[SOAK_SYSTEM].label} only.")
     print("\nCells: median (min–max) of the runs. " + " ".join(notes))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.results / f"bench-{mode}-{stamp}.json"

@@ -1,10 +1,10 @@
-"""The systems under test and the workloads: rate sessions (start lag and throughput ramps),
-idle cost, wake-up and failover."""
+"""The systems under test, their settings and the shared workloads: rate sessions (start lag
+and throughput ramps) and idle cost. dbscheduler's own wake-up and failover are in
+:mod:`bench.dbs_only`, burst in :mod:`bench.burst`, memory in :mod:`bench.memory`."""
 
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,12 +19,12 @@ from bench.infra import (
     Backend,
     Databases,
     Node,
-    NodeError,
     ensure_env,
     log,
     nodes_cleanup,
 )
-from bench.stats import Grid, Sample, percentile, window_figures
+from bench.memory import rss_mb
+from bench.stats import Grid, Sample, window_figures
 
 TABLE = "bench_tasks"
 LAG_BUDGET_MS = 100.0
@@ -63,14 +63,18 @@ SYSTEMS: dict[str, System] = {
         System("aps3", "APScheduler 3.11 · PostgreSQL", "bench.nodes.aps3", "aps3",
                "postgresql", max_nodes=1,
                note="one process only: SQLAlchemyJobStore has no locking, a second process "
-                    "runs every job again"),
+                    "runs every job again; burst: one-off DateTrigger jobs at the instant, "
+                    "added while paused"),
         System("aps4", "APScheduler 4.0.0a6 · PostgreSQL", "bench.nodes.aps4", "aps4",
-               "postgresql"),
+               "postgresql",
+               note="burst: DateTrigger schedules at the instant (added again each burst)"),
         System("procrastinate", "Procrastinate 3.10 · PostgreSQL",
                "bench.nodes.procrastinate_node", "procrastinate", "postgresql",
                shared_activation=False, period=1.0, cron_seconds=True,
                note="periodic tasks are cron, 1 s resolution (no sub-second phases); the "
-                    "deferrer wakes 0.5 s after each due second by design"),
+                    "deferrer wakes 0.5 s after each due second by design; burst: periodic "
+                    "tasks whose cron names one whole second, deferred one by one at that "
+                    "second + 0.5 s"),
     )
 }
 
@@ -103,6 +107,21 @@ class Settings:
     wake_poll: float = 5.0
     failover_runs: int = 3
     failover_lease: float = 3.0
+    burst_sizes: tuple[int, ...] = (1000, 5000)
+    """Tasks due at one instant, per burst session (one node each)."""
+    burst_rounds: tuple[int, ...] = (3, 3)
+    """Bursts of each size (the same node, one after the other)."""
+    burst_lead: float = 1.0
+    """Seconds from the burst command to the due instant (a node adds its own set-up time)."""
+    burst_missed_after: float = 10.0
+    """A task not started this long after the due instant counts as missed."""
+    soak_rate: int = 2000
+    """Executions/s offered during the soak (memory growth under load)."""
+    soak_warmup: float = 30.0
+    soak_seconds: float = 600.0
+    """Length of the soak after its warm-up: RSS growth is measured over it."""
+    soak_sample: float = 5.0
+    """Seconds between two RSS samples of the soak."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -293,6 +312,7 @@ def idle_session(ctx: Context, system: System, settings: Settings) -> dict[str, 
                               n=settings.idle_tasks, workers=8, lease=settings.lease,
                               poll=settings.poll)
         time.sleep(settings.idle_settle)
+        rss = rss_mb(node.proc.pid)  # every task registered, nothing due: the resting size
         windows = []
         server = backend.kind == "postgresql"
         before = node.call("stats")
@@ -312,102 +332,10 @@ def idle_session(ctx: Context, system: System, settings: Settings) -> dict[str, 
             if server_before is not None and server_after is not None:
                 windows[-1]["server_statements_per_s"] = (server_after - server_before) / span
             before, server_before = after, server_after
-    result = {"start_seconds": node.ready.get("start_seconds"), "windows": windows}
+    result = {"start_seconds": node.ready.get("start_seconds"), "rss_mb": rss,
+              "windows": windows}
     log(f"  {system.key} idle with {settings.idle_tasks:,} tasks: start "
-        f"{result['start_seconds']:.1f} s, statements/s "
+        f"{result['start_seconds']:.1f} s, RSS {rss:.0f} MB, statements/s "
         f"{[round(w['statements_per_s'], 2) for w in windows]}, server-side "
         f"{[round(w.get('server_statements_per_s', math.nan), 2) for w in windows]}")
     return result
-
-
-# -- wake-up (dbscheduler only) -------------------------------------------------------------
-def wakeup_session(ctx: Context, system: System, settings: Settings) -> list[dict[str, Any]]:
-    """One node polling every ``wake_poll`` s; another process (this one, through a
-    never-started Scheduler) triggers its task; latency = start on the node − trigger call.
-    A run is a group of ``wake_triggers`` triggers."""
-    from dbscheduler import Scheduler
-    from dbscheduler.errors import TaskRunning
-
-    triggers = (settings.wake_triggers if system.backend == "postgresql"
-                else settings.wake_triggers_polling)
-    backend = ctx.backend(system)
-    assert backend is not None
-    create_dbs_table(backend)
-    operator = Scheduler(backend.url, table=TABLE)  # another process's handle, never started
-    runs = []
-    try:
-        with nodes_cleanup() as nodes:
-            (node,) = start_nodes(ctx, system, backend, 1, nodes, mode="wakeup", n=1,
-                                  workers=8, lease=settings.lease, poll=settings.wake_poll)
-            time.sleep(0.5)
-            for run in range(settings.wake_runs):
-                latencies = []
-                for _ in range(triggers):
-                    time.sleep(random.uniform(0.05, 0.15))
-                    sent = time.time()
-                    for _attempt in range(50):
-                        sent = time.time()
-                        try:
-                            operator.trigger("w0")
-                            break
-                        except TaskRunning:
-                            time.sleep(0.02)
-                    deadline = sent + settings.wake_poll + 5
-                    got: list[Sample] = []
-                    while not got and time.time() < deadline:
-                        time.sleep(0.01 if system.backend == "postgresql" else 0.1)
-                        got = node.dump(ctx.tmp)
-                    latencies.append((got[0][2] - sent) * 1000 if got else math.inf)
-                lat = sorted(latencies)
-                runs.append({"latencies_ms": lat, "p50_ms": percentile(lat, 0.5),
-                             "p99_ms": percentile(lat, 0.99), "max_ms": lat[-1]})
-                log(f"  {system.key} wake-up run {run + 1}: p50 {runs[-1]['p50_ms']:.1f} ms, "
-                    f"p99 {runs[-1]['p99_ms']:.1f} ms over {len(lat)} triggers "
-                    f"(poll every {settings.wake_poll} s)")
-    finally:
-        operator.engine.dispose()
-    return runs
-
-
-# -- failover (dbscheduler only) ------------------------------------------------------------
-def failover_session(ctx: Context, system: System, settings: Settings) -> list[dict[str, Any]]:
-    """Nodes share one long task; ``kill -9`` the node running it at a random moment of its
-    heartbeat cycle; failover = start on another node − kill. Runs are chained: after each
-    kill a fresh node joins the survivor, and the next run kills whichever holds the task."""
-    lease = settings.failover_lease
-    backend = ctx.backend(system)
-    assert backend is not None
-    create_dbs_table(backend)
-    cfg = {"mode": "failover", "n": 1, "workers": 4, "lease": lease, "poll": settings.poll}
-    runs = []
-    with nodes_cleanup() as nodes:
-        alive = [ctx.node(system, backend, name, **cfg) for name in ("A", "B")]
-        nodes.extend(alive)
-        for node in alive:
-            node.wait_ready(120)
-        deadline = time.time() + 15
-        holder = None
-        while holder is None:
-            if time.time() > deadline:
-                raise NodeError("failover: no node started the task")
-            time.sleep(0.05)
-            holder = next((n for n in alive if n.dump(ctx.tmp)), None)
-        for run in range(settings.failover_runs):
-            survivor = alive[1] if holder is alive[0] else alive[0]
-            time.sleep(random.uniform(0.2, 0.2 + lease / 3))  # any phase of the heartbeat
-            killed = holder.kill9()
-            got: list[Sample] = []
-            deadline = killed + lease + 10
-            while not got and time.time() < deadline:
-                time.sleep(0.02)
-                got = survivor.dump(ctx.tmp)
-            seconds = (got[0][2] - killed) if got else math.inf
-            runs.append({"seconds": seconds, "lease": lease})
-            log(f"  {system.key} failover run {run + 1}: {seconds:.2f} s (lease {lease} s)")
-            if not got or run == settings.failover_runs - 1:
-                break
-            fresh = ctx.node(system, backend, f"N{run}", **cfg)
-            nodes.append(fresh)
-            fresh.wait_ready(120)
-            alive, holder = [survivor, fresh], survivor
-    return runs

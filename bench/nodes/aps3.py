@@ -30,6 +30,7 @@ def main() -> None:
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # type: ignore[import-not-found]
     from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-not-found]
+    from apscheduler.triggers.date import DateTrigger  # type: ignore[import-not-found]
     from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-not-found]
 
     original = pool.run_job
@@ -71,7 +72,21 @@ def main() -> None:
         scheduler.resume()
         return {"t0": t0, "spread": True, "late": max(0.0, time.time() - t0)}
 
-    serve({"activate": activate}, lambda: scheduler.shutdown(wait=True),
+    def burst(args: dict[str, Any]) -> dict[str, Any]:
+        """``n`` one-off jobs whose next run time is the same instant (added paused, as
+        ``activate`` does; a ``DateTrigger`` job is removed once run, so each burst adds
+        them again)."""
+        n = int(args["n"])
+        t0 = spread_t0(float(args["lead"]) + ADD_COST * n)
+        at = datetime.fromtimestamp(t0, timezone.utc)
+        scheduler.pause()
+        for i in range(n):
+            scheduler.add_job("bench.protocol:aps3_noop", DateTrigger(run_date=at),
+                              id=f"b{i}", kwargs={"idx": i}, replace_existing=True)
+        scheduler.resume()
+        return {"t0": t0, "late": max(0.0, time.time() - t0)}
+
+    serve({"activate": activate, "burst": burst}, lambda: scheduler.shutdown(wait=True),
           {"start_seconds": start_seconds})
 
 

@@ -27,6 +27,7 @@ def main() -> None:
     from apscheduler import CoalescePolicy, ConflictPolicy, Scheduler  # type: ignore[import-not-found]
     from apscheduler.datastores.sqlalchemy import SQLAlchemyDataStore  # type: ignore[import-not-found]
     from apscheduler.eventbrokers.psycopg import PsycopgEventBroker  # type: ignore[import-not-found]
+    from apscheduler.triggers.date import DateTrigger  # type: ignore[import-not-found]
     from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-not-found]
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -81,11 +82,20 @@ def main() -> None:
         ])
         return {"t0": t0, "spread": True, "late": max(0.0, time.time() - t0)}
 
+    def burst(args: dict[str, Any]) -> dict[str, Any]:
+        """``n`` schedules whose one fire time is the same instant (``DateTrigger``; each
+        burst replaces them)."""
+        n = int(args["n"])
+        t0 = spread_t0(float(args["lead"]) + ADD_COST * n)
+        at = datetime.fromtimestamp(t0, timezone.utc)
+        add_many([(i, f"b{i}", DateTrigger(at)) for i in range(n)])
+        return {"t0": t0, "late": max(0.0, time.time() - t0)}
+
     def stop() -> None:
         scheduler.stop()
         scheduler.wait_until_stopped()
 
-    serve({"activate": activate}, stop, {"start_seconds": start_seconds})
+    serve({"activate": activate, "burst": burst}, stop, {"start_seconds": start_seconds})
 
 
 if __name__ == "__main__":

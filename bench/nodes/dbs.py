@@ -1,9 +1,10 @@
 """A dbscheduler node under test (runs in dbscheduler's own virtual environment).
 
 Modes: ``rate`` (tasks ``b0..b{n-1}``, ``FixedRate(period)``, rows seeded far in the future by
-the orchestrator and made due by ``activate``), ``idle`` (``n`` tasks never due), ``wakeup``
-(one task ``w0`` due in an hour, triggered by the orchestrator) and ``failover`` (one task
-``f0``, ``FixedRate(1)``, that runs until it is told to stop).
+the orchestrator and made due by ``activate``), ``burst`` (the same tasks with
+``FixedRate(3600)``, every one made due at one instant by ``burst``), ``idle`` (``n`` tasks
+never due), ``wakeup`` (one task ``w0`` due in an hour, triggered by the orchestrator) and
+``failover`` (one task ``f0``, ``FixedRate(1)``, that runs until it is told to stop).
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def main() -> None:
     if cfg.get("observe", "off") != "off":
         observe(scheduler, cfg["observe"])
     mode = cfg["mode"]
-    prefix = {"rate": "b", "idle": "i", "wakeup": "w", "failover": "f"}[mode]
-    period = {"rate": cfg.get("period", 1.0), "idle": 3600.0, "wakeup": 3600.0,
-              "failover": 1.0}[mode]
+    prefix = {"rate": "b", "burst": "b", "idle": "i", "wakeup": "w", "failover": "f"}[mode]
+    period = {"rate": cfg.get("period", 1.0), "burst": 3600.0, "idle": 3600.0,
+              "wakeup": 3600.0, "failover": 1.0}[mode]
 
     def make(idx: int) -> Any:
         if mode == "failover":
@@ -106,12 +107,30 @@ def main() -> None:
         ]
         with scheduler.engine.begin() as conn:
             conn.execute(stmt, params)
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.select(sa.func.pg_notify(f"dbscheduler_{cfg['table']}", "")))
-        scheduler._wakeup.set()  # this node's own poller (other nodes: NOTIFY or their poll)
+            notify(conn)
+        scheduler._wakeup.set()  # after the commit: a poll before it would find nothing due
         return {"t0": t0, "spread": True}
 
-    serve({"activate": activate}, lambda: scheduler.shutdown(timeout=10),
+    def burst(args: dict[str, Any]) -> dict[str, Any]:
+        """Every idle row due at one instant, ``lead`` s ahead, in one UPDATE: the worst
+        case of a table where many tasks share a fire time (a cron on the hour)."""
+        t0 = spread_t0(float(args["lead"]))
+        stmt = (sa.update(table).where(table.c.locked_by.is_(None))
+                .values(next_process_at=datetime.fromtimestamp(t0, timezone.utc)))
+        with scheduler.engine.begin() as conn:
+            made_due = conn.execute(stmt).rowcount
+            notify(conn)
+        scheduler._wakeup.set()
+        return {"t0": t0, "made_due": made_due, "late": max(0.0, time.time() - t0)}
+
+    def notify(conn: sa.Connection) -> None:
+        """Tell the other nodes the table changed, as ``Scheduler.trigger`` does (NOTIFY on
+        PostgreSQL, sent at commit; the other backends' nodes see it at their next poll).
+        This node's own poller is woken by the caller, after the commit."""
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.select(sa.func.pg_notify(f"dbscheduler_{cfg['table']}", "")))
+
+    serve({"activate": activate, "burst": burst}, lambda: scheduler.shutdown(timeout=10),
           {"start_seconds": start_seconds})
 
 

@@ -95,13 +95,33 @@ def main() -> None:
         asyncio.run_coroutine_threadsafe(add(), loop).result(30)
         return {"t0": float(math.ceil(time.time())), "spread": False, "period": 1.0}
 
+    def burst(args: dict[str, Any]) -> dict[str, Any]:
+        """``n`` periodic tasks whose cron names one whole second (``M H D Mo * S``, once a
+        year): the deferrer defers them all at that second (+ its 0.5 s margin)."""
+        n = int(args["n"])
+        t0 = math.ceil(time.time() + float(args["lead"]))
+        at = datetime.fromtimestamp(t0, timezone.utc)
+        cron = f"{at.minute} {at.hour} {at.day} {at.month} * {at.second}"
+
+        async def add() -> None:
+            registry = app.periodic_registry
+            # A fresh dict (see activate), without the previous burst's tasks: registering
+            # the same periodic_id twice raises.
+            registry.periodic_tasks = {k: v for k, v in registry.periodic_tasks.items()
+                                       if not v.periodic_id.startswith("b")}
+            for i in range(n):
+                register(i, f"b{i}", cron)
+
+        asyncio.run_coroutine_threadsafe(add(), loop).result(30)
+        return {"t0": float(t0), "late": max(0.0, time.time() - t0)}
+
     def stop() -> None:
         task = worker.get("task")
         if task is not None:
             loop.call_soon_threadsafe(task.cancel)
         thread.join(15)
 
-    serve({"activate": activate}, stop, {"start_seconds": start_seconds})
+    serve({"activate": activate, "burst": burst}, stop, {"start_seconds": start_seconds})
 
 
 if __name__ == "__main__":
