@@ -53,6 +53,8 @@ def engine_threads() -> set[str]:
 
 
 def assert_keeps_scheduling(ticks: Ticks, name: str, seconds: float, at_least: int) -> None:
+    """``name`` ran ``at_least`` times within ``seconds``: a bound for a node that stopped
+    (0 or 1 runs), far below its pace on a loaded machine."""
     since = time.monotonic()
     time.sleep(seconds)
     got = ticks.count(name, since)
@@ -171,7 +173,8 @@ def test_a_clock_probe_that_raises_does_not_stop_scheduling(
     s.add("tick", ticks, schedule=FixedRate(0.2))
     with running(s):
         threads = engine_threads()
-        assert_keeps_scheduling(ticks, "tick", 2.0, at_least=5)
+        # 4 s, not 2: it ran 3 times in 2 s once under a full parallel suite.
+        assert_keeps_scheduling(ticks, "tick", 4.0, at_least=5)
         assert engine_threads() == threads
     warnings = [r for r in caplog.records if "clock probe exploded" in r.getMessage()]
     assert len(warnings) <= 1, f"logged {len(warnings)} times, not once"
