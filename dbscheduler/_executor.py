@@ -80,7 +80,8 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
         # is current inside the function, thread or coroutine alike.
         context = contextvars.copy_context()
         context.run(listeners.on_started, ex.ctx)
-        log.debug("started (attempt %d)", ex.ctx.attempt)
+        if log.isEnabledFor(logging.DEBUG):  # thousands of executions a second
+            log.debug("started (attempt %d)", ex.ctx.attempt)
         options = task.options
         if options.timeout is not None and timeouts is not None:
             timeouts.arm(ex, options.timeout.total_seconds())

@@ -3,6 +3,7 @@ recording executions whose node vanished. Both plan the next time the same way."
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -202,8 +203,9 @@ class Finisher:
         else:
             outcome = Outcome(write.status, duration, write.error, write.next_at, e.exception)
         next_at = outcome.next_at
-        log.debug("finished: %s in %.3f s, next %s", e.status, duration.total_seconds(),
-                  next_at, extra=about(ex.task.name, ex.token))
+        if log.isEnabledFor(logging.DEBUG):  # thousands of executions a second
+            log.debug("finished: %s in %.3f s, next %s", e.status, duration.total_seconds(),
+                      next_at, extra=about(ex.task.name, ex.token))
         self._listeners.on_finished(ex.ctx, outcome)
 
     # -- executions whose node vanished ------------------------------------------------------

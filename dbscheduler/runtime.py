@@ -161,12 +161,20 @@ class Handlers(Mapping[str, TaskDef]):
     def __len__(self) -> int:
         return len(set(self._handlers) | set(self.tasks))
 
+    def _declared(self, name: str) -> TaskDef | None:
+        # Map by map: a ChainMap's own get() walks its maps twice, once per picked row.
+        for tasks in getattr(self.tasks, "maps", (self.tasks,)):
+            found = tasks.get(name)
+            if found is not None:
+                return found
+        return None
+
     def for_row(self, row: Mapping[str, Any]) -> TaskDef:
         """What runs a picked row: the declared task of that name when the row is its own,
         else the row's handler with the row's stored schedule. Raises ``KeyError`` for a
         handler this node does not have and ``ValueError`` for unreadable schedule text."""
         name, handler, text = row["queue_name"], row["handler"], row["schedule"]
-        declared = self.tasks.get(name)
+        declared = self._declared(name)
         if declared is not None and handler == name and name not in self._handlers:
             return declared
         stored = row.get("options")

@@ -110,9 +110,11 @@ def _values_statement(
     ``n_payload``) in the same statement."""
     t = store.table
     node = sa.bindparam("w_node", type_=t.c.locked_by.type)
+    keys = store.dialect.batch_keys("w", _batch_columns(store, history)[0], t.c.id)
     update = (
         sa.update(t)
-        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+        .where(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node,
+               *([keys] if keys is not None else []))
         .values(**_finished(t, v, v.c.w_set_payload))
     )
     if not history and not notify:

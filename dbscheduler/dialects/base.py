@@ -32,12 +32,13 @@ from .common import (
     driver_error,
     first_int_arg,
     insert_if_absent_statement,
+    row_dicts,
     seconds_param,
 )
 
 __all__ = [
     "ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
-    "driver_error", "first_int_arg", "insert_if_absent_statement", "seconds_param",
+    "driver_error", "first_int_arg", "insert_if_absent_statement", "row_dicts", "seconds_param",
 ]
 
 log = engine_log("dbscheduler.dialects")
@@ -293,7 +294,7 @@ class Dialect:
             table, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim
         )
         if self.returning_update:
-            return [dict(r) for r in conn.execute(stmt.returning(*table.c)).mappings()]
+            return row_dicts(conn.execute(stmt.returning(*table.c)))
         conn.execute(stmt)
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
@@ -307,7 +308,7 @@ class Dialect:
             .where(t.c.claim == claim, t.c.locked_by == node_id)
             .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
         )
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+        return row_dicts(conn.execute(stmt))
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
@@ -322,6 +323,15 @@ class Dialect:
         """The parameters of :meth:`batch_rows`'s derived table for ``rows`` when its text
         is the same for any rows (a statement built once is run with them); ``None`` when
         the rows are part of the text (``VALUES``)."""
+        return None
+
+    def batch_keys(
+        self, name: str, key: sa.ColumnClause[Any], target: ColumnElement[Any]
+    ) -> ColumnElement[bool] | None:
+        """A condition that ``target`` is one of the values of the column ``key`` of
+        :meth:`batch_rows`'s derived table ``name``, for a database that would otherwise plan
+        the update from the batch's rows as a scan of the table (``None``: the join alone
+        is planned well)."""
         return None
 
     # -- fenced transactions -------------------------------------------------------------

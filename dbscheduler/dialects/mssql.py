@@ -48,6 +48,7 @@ from .base import (
     db_now_plus,
     driver_error,
     insert_if_absent_statement,
+    row_dicts,
 )
 
 PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
@@ -189,7 +190,7 @@ class MSSQLDialect(Dialect):
         next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
         stmt = pick_statement(table, where, limit, lease, node_id, claim)
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+        return row_dicts(conn.execute(stmt))
 
 
 def pick_statement(

@@ -25,8 +25,17 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
-from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus, driver_error
+from .base import (
+    ConnectProblem,
+    Dialect,
+    PickedRow,
+    db_now,
+    db_now_plus,
+    driver_error,
+    row_dicts,
+)
 from .common import pick_limit
+from .pg_arrays import array_literal
 from .types import FalseDefault
 
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
@@ -187,7 +196,7 @@ class PostgreSQLDialect(Dialect):
                                                                       next_due))
         params = {"p_limit": int(limit), "p_claim": claim, "p_node": node_id,
                   "p_lease": lease.total_seconds()}
-        return [dict(r) for r in conn.execute(cached[1], params).mappings()]
+        return row_dicts(conn.execute(cached[1], params))
 
     def _pick_statement(
         self,
@@ -237,19 +246,34 @@ class PostgreSQLDialect(Dialect):
         # every batch size, so it is compiled once and prepared by the server, where VALUES
         # would be a new statement (compiled on the node's CPU) for each number of rows.
         arrays = [
-            sa.cast(sa.bindparam(f"{name}_{c.name}"), ARRAY(c.type)) for c in columns
+            sa.cast(sa.bindparam(f"{name}_{c.name}", type_=sa.UnicodeText()), ARRAY(c.type))
+            for c in columns
         ]
-        source = (
+        unnested = (
             sa.func.unnest(*arrays)
             .table_valued(*(sa.column(c.name, c.type) for c in columns))
-            .render_derived(name=name)
+            .render_derived(name=f"{name}_rows")
         )
+        # Materialised: a plan that joins the table's rows to these one by one reads a
+        # stored result again, instead of parsing every array again for each of them.
+        source = sa.select(*unnested.c).cte(name).prefix_with("MATERIALIZED")
         return source, self.batch_params(name, columns, rows)
 
     def batch_params(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
     ) -> dict[str, Any]:
-        return {f"{name}_{c.name}": [r[i] for r in rows] for i, c in enumerate(columns)}
+        # Each column as one array literal: see pg_arrays for why not Python lists.
+        return {f"{name}_{c.name}": array_literal(c.type, [r[i] for r in rows])
+                for i, c in enumerate(columns)}
+
+    def batch_keys(
+        self, name: str, key: sa.ColumnClause[Any], target: ColumnElement[Any]
+    ) -> ColumnElement[bool] | None:
+        # The same array parameter again, as "id = ANY(…)": without it a table never analysed
+        # (autovacuum off, or not yet run) is planned as a scan of the whole table for every
+        # row of the batch, 90 ms a finish with 2,000 rows instead of 2 ms.
+        param = sa.bindparam(f"{name}_{key.name}", type_=sa.UnicodeText())
+        return target == sa.any_(sa.cast(param, ARRAY(key.type)))
 
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(channel, payload)))
