@@ -67,7 +67,10 @@ class StoreBase:
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""
         self.joined_statements: dict[tuple[bool, int], Any] = {}
-        """MySQL's and SQLite's batch finish by (with run rows, batch size), built once."""
+        """MySQL's batch finish by (with run rows, batch size), built once."""
+        self.row_statements: dict[tuple[str, bool], sa.Executable] = {}
+        """The one-execution finish statements (run row first, fenced update) of the other
+        databases, by (which, variant), built once and run with each execution's values."""
         self.runs_table = make_runs_table(table)
         """The run history, ``<table>_runs``."""
         self.items = make_items_table(table)

@@ -171,11 +171,10 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
         # known at once, never guessed later from a row that may have moved on meanwhile
         # (PyMySQL runs an executemany of UPDATEs as these same round trips anyway).
         landed: set[int] = set()
-        statements = {flag: _fenced_update(store, node_id, flag) for flag in (False, True)}
         for w in writes:
             _log_first(store, conn, node_id, w)
             count = conn.execute(
-                statements[not isinstance(w.payload, _Unset)], _params(w)
+                _fenced_update(store, not isinstance(w.payload, _Unset)), _params(w, node_id)
             ).rowcount
             _faultpoints.reached("finish")
             if count == 1:
@@ -208,9 +207,9 @@ def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> s
             if w.keyed and count != 1:
                 # Items were pushed meanwhile: the key stays, due when they say.
                 count = conn.execute(
-                    _fenced_update(store, node_id, False).values(
+                    _fenced_update(store, False).values(
                         next_process_at=queued_due(store), payload=None),
-                    _params(w),
+                    _params(w, node_id),
                 ).rowcount
             _faultpoints.reached("finish")
             if count == 1:
@@ -222,17 +221,22 @@ def _log_first(store: Store, conn: Connection, node_id: str, w: FinishWrite) -> 
     """Where the run row cannot share the finish's statement, write it first, fenced."""
     if not store.history or w.run is None:
         return
-    t = store.table
-    log_first(store, conn, sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
-                                   t.c.locked_by == node_id), w.run, w.status, w.error)
+    log_first(store, conn, (w.id, w.token, node_id), w.run, w.status, w.error)
     _faultpoints.reached("finish_history")
 
 
-def _fenced_update(store: Store, node_id: str, with_payload: bool) -> sa.Update:
+def _fenced_update(store: Store, with_payload: bool) -> sa.Update:
+    """One execution's fenced finish, built once (parameters: :func:`_params`)."""
+    key = ("finish", with_payload)
+    built = store.row_statements.get(key)
+    if built is not None:
+        assert isinstance(built, sa.Update)
+        return built
     t, b = store.table, sa.bindparam
     stmt = (
         sa.update(t)
-        .where(t.c.id == b("w_id"), t.c.total_attempt == b("w_token"), t.c.locked_by == node_id)
+        .where(t.c.id == b("w_id"), t.c.total_attempt == b("w_token"),
+               t.c.locked_by == b("w_node", type_=t.c.locked_by.type))
         .values(
             locked_by=None,
             next_process_at=b("w_next", type_=t.c.next_process_at.type),
@@ -249,11 +253,13 @@ def _fenced_update(store: Store, node_id: str, with_payload: bool) -> sa.Update:
     )
     if with_payload:
         stmt = stmt.values(payload=b("w_payload", type_=t.c.payload.type))
+    store.row_statements[key] = stmt
     return stmt
 
 
-def _params(write: FinishWrite) -> dict[str, Any]:
+def _params(write: FinishWrite, node_id: str) -> dict[str, Any]:
     params = {
+        "w_node": node_id,
         "w_id": write.id,
         "w_token": write.token,
         "w_next": write.next_at,

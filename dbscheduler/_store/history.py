@@ -119,19 +119,37 @@ def run_values(
 def log_first(
     store: StoreBase,
     conn: Connection,
-    fence: sa.ColumnElement[bool],
+    fence: tuple[int, int, str],
     run: RunRecord,
     status: str,
     error: str | None,
 ) -> None:
-    """Write the run row of ``run`` if the tasks row still matches ``fence`` (the execution
-    still holds it), before its finish. A row of the same execution already there (this
-    finish retried, or a ``lost`` row) is settled instead: to ``status``, unless it is lost."""
+    """Write the run row of ``run`` if the tasks row still matches ``fence`` (``(id, token,
+    node)``: the execution still holds it), before its finish. A row of the same execution
+    already there (this finish retried, or a ``lost`` row) is settled instead: to
+    ``status``, unless it is lost."""
     runs = store.runs_table
-    columns, values = run_values(store, run, status, error)
+    key = ("log_first", error is None)
+    stmt = store.row_statements.get(key)
+    if stmt is None:
+        # Built once: a statement built per execution cost more than the database's work
+        # on SQLite, where a statement costs no round trip.
+        t, b = store.table, sa.bindparam
+        columns, values = run_values(store, run, status, error)
+        stmt = store.row_statements[key] = sa.insert(runs).from_select(
+            columns, sa.select(*values).select_from(t).where(
+                t.c.id == b("f_id", type_=sa.BigInteger()),
+                t.c.total_attempt == b("f_token", type_=sa.BigInteger()),
+                t.c.locked_by == b("f_node", type_=t.c.locked_by.type)))
+    id_, token, node_id = fence
+    params = {"h_name": run.name, "h_token": run.token, "h_attempt": run.attempt,
+              "h_node": run.node_id, "h_scheduled": run.scheduled_at,
+              "h_started": run.started_at, "h_status": status,
+              "f_id": id_, "f_token": token, "f_node": node_id}
+    if error is not None:
+        params["h_error"] = error
     try:
-        conn.execute(sa.insert(runs).from_select(
-            columns, sa.select(*values).select_from(store.table).where(fence)))
+        conn.execute(stmt, params)
     except sa.exc.IntegrityError:
         conn.execute(
             sa.update(runs)

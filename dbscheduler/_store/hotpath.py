@@ -257,7 +257,7 @@ class Store(StoreBase):
                 logged = insert_from(self, sa.select(*values).select_from(done), columns)
                 kept = len(conn.execute(sa.select(done.c.id).add_cte(logged.cte("logged"))).all())
             else:
-                log_first(self, conn, fence, run, "lost", error)
+                log_first(self, conn, (id_, token, node_id), run, "lost", error)
                 kept = conn.execute(update).rowcount
             _faultpoints.reached("record_lost")
         return bool(kept)

@@ -238,9 +238,9 @@ class Dialect:
         *,
         where: ColumnElement[bool],
         limit: int,
-        lease: timedelta,
-        node_id: str,
-        claim: str,
+        lease: timedelta | ColumnElement[float],
+        node_id: str | ColumnElement[str],
+        claim: str | ColumnElement[str],
     ) -> sa.Update:
         """The portable pick: one ``UPDATE … WHERE id IN (the first due ids)``, highest
         ``priority`` first, then earliest due.
@@ -290,25 +290,52 @@ class Dialect:
         holds ``paused = false`` and the name filter; the dialect adds ``next_process_at <= db
         now`` and the ordering.
         """
-        stmt = self.pick_statement(
-            table, where=where, limit=limit, lease=lease, node_id=node_id, claim=claim
-        )
+        stmt = self._pick_built(table, where, int(limit))
+        params = {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
         if self.returning_update:
-            return row_dicts(conn.execute(stmt.returning(*table.c)))
-        conn.execute(stmt)
+            return row_dicts(conn.execute(stmt, params))
+        conn.execute(stmt, params)
         return self.claimed(conn, table, node_id=node_id, claim=claim)
+
+    def _pick_built(self, table: sa.Table, where: ColumnElement[bool], limit: int) -> Any:
+        """:meth:`pick_statement` for these conditions and limit, built once: the store
+        passes the same ``where`` while its node's names, tags and exclusions stay the same,
+        and building it (with its cache key) cost more than running it on SQLite."""
+        built: dict[tuple[int, int, int], tuple[object, Any]] = self.__dict__.setdefault(
+            "_built_picks", {})
+        key = (id(table), id(where), limit)
+        found = built.get(key)
+        if found is None:
+            if len(built) > 256:  # a limit per number of free workers, exclusions come and go
+                built.clear()
+            t = table
+            stmt: Any = self.pick_statement(
+                t, where=where, limit=limit,
+                lease=sa.bindparam("p_lease", type_=sa.Float()),
+                node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
+                claim=sa.bindparam("p_claim", type_=t.c.claim.type))
+            if self.returning_update:
+                stmt = stmt.returning(*t.c)
+            # The conditions are kept with the statement: their ids stay theirs.
+            found = built[key] = ((table, where), stmt)
+        return found[1]
 
     def claimed(
         self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
     ) -> list[PickedRow]:
         """The rows a pick stamped with ``claim`` and still held by ``node_id``."""
-        t = table
-        stmt = (
-            sa.select(t)
-            .where(t.c.claim == claim, t.c.locked_by == node_id)
-            .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
-        )
-        return row_dicts(conn.execute(stmt))
+        built: dict[int, tuple[sa.Table, sa.Select[Any]]] = self.__dict__.setdefault(
+            "_built_claimed", {})
+        found = built.get(id(table))
+        if found is None:
+            t, b = table, sa.bindparam
+            found = built[id(table)] = (table, (
+                sa.select(t)
+                .where(t.c.claim == b("c_claim", type_=t.c.claim.type),
+                       t.c.locked_by == b("c_node", type_=t.c.locked_by.type))
+                .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
+            ))
+        return row_dicts(conn.execute(found[1], {"c_claim": claim, "c_node": node_id}))
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]

@@ -113,9 +113,9 @@ class MySQLDialect(Dialect):
         *,
         where: ColumnElement[bool],
         limit: int,
-        lease: timedelta,
-        node_id: str,
-        claim: str,
+        lease: timedelta | ColumnElement[float],
+        node_id: str | ColumnElement[str],
+        claim: str | ColumnElement[str],
     ) -> sa.Update:
         t = table
         return (

@@ -251,9 +251,8 @@ def test_a_run_row_written_before_a_crash_is_turned_lost_by_the_takeover(
     # wrote says success, but the finish never landed. Node b's lost record settles it.
     url, table = migrated
     s, store, first, second = _two_nodes(url, table)
-    t = store.table
     with store.autocommit() as conn:  # node a wrote it before b's pick, then died:
-        fence = t.c.id == first["id"]
+        fence = (int(first["id"]), int(first["total_attempt"]), "a")
         started = first["last_started_at"]
         log_first(store, conn, fence, RunRecord("job", int(first["total_attempt"]), 1, "a",
                                                  started, started), "success", None)
@@ -279,9 +278,8 @@ def test_a_finish_refused_after_its_run_row_takes_the_row_back(
     (picked,) = store.pick("a", 1, timedelta(seconds=30), ["job"]).rows
     run = RunRecord("job", int(picked["total_attempt"]), 1, "a", picked["last_started_at"],
                     picked["last_started_at"])
-    t = store.table
     with store.autocommit() as conn:  # the run row is written (fence held) …
-        log_first(store, conn, sa.and_(t.c.id == picked["id"], t.c.locked_by == "a"), run,
+        log_first(store, conn, (int(picked["id"]), int(picked["total_attempt"]), "a"), run,
                   "success", None)
     assert len(rows_of(url, table)) == 1
     s.delete("job", force=True)  # … then an operator deletes the running task's row

@@ -50,7 +50,7 @@ def test_a_pick_over_its_groups_limit_gives_the_excess_back(rig: Rig) -> None:
     if rig.backend == "mssql":
         rig.db.on(r"^WITH dbscheduler_due AS", Reply(list(COLUMNS), picked))
     else:
-        rig.db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), picked))
+        rig.db.on(r"WHERE \S+\.claim = :c_claim", Reply(list(COLUMNS), picked))
     # Every node's running rows counted: the group of limit 2 has 4 running, this pick's 3.
     rig.db.on(r"count\(scheduled_tasks\.id\) AS running",
               Reply(["name", "max_running", "running"], [("reports", 2, 4)]))

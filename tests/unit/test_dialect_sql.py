@@ -350,7 +350,7 @@ def _default_replies(db: FakeDB, backend: str) -> None:
         db.on(r"^UPDATE \S+ SET next_process_at=.*OUTPUT inserted\.id, inserted\.stop_requested",
               Reply(["id", "stop_requested"], [(7, 0)]))
     else:
-        db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), [picked]))
+        db.on(r"WHERE \S+\.claim = :c_claim", Reply(list(COLUMNS), [picked]))
 
 
 def _workout(r: Rig) -> None:
@@ -723,7 +723,7 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     claimed = [row(f"t{i}", id=i, attempt=1, total_attempt=12, locked_by=NODE,
                    prev_locked_by=OTHER_NODE if i == 1 else None, prev_next_process_at=NOW)
                for i in range(1, 4)]
-    oracle.db.on(r"WHERE \S+\.claim = :claim_1", Reply(list(COLUMNS), claimed))
+    oracle.db.on(r"WHERE \S+\.claim = :c_claim", Reply(list(COLUMNS), claimed))
     oracle.db.on(r"^SELECT \S+\.queue_name, \S+\.id\s+FROM", Reply(
         ["queue_name", "id"], [(f"t{i}", i) for i in range(1, 8)]))
     names = [f"t{i}" for i in range(1, 8)]
@@ -734,7 +734,7 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     assert sql.startswith(
         "UPDATE scheduled_tasks SET prev_locked_by=scheduled_tasks.locked_by, "
         "prev_next_process_at=scheduled_tasks.next_process_at, "
-        "prev_last_started_at=scheduled_tasks.last_started_at, claim=:claim, "), sql
+        "prev_last_started_at=scheduled_tasks.last_started_at, claim=:p_claim, "), sql
     # The due condition is on the updated row itself: a row another picker took while this
     # statement waited for its lock is re-evaluated (write consistency) and skipped.
     assert "WHERE scheduled_tasks.paused = :paused_1 AND (scheduled_tasks.requires IS NULL" in sql
@@ -747,10 +747,10 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
                      r"ORDER BY due\.priority DESC, due\.next_process_at FETCH FIRST 3 ROWS "
                      r"ONLY\)$", sql), sql
     assert not re.search(r"FOR UPDATE", " ".join(oracle.db.sql()))
-    claim = update.params["claim"]
+    claim = update.params["p_claim"]
     assert isinstance(claim, str) and len(claim) == 32
-    read = oracle.db.one(r"WHERE \S+\.claim = :claim_1")
-    assert read.params["claim_1"] == claim and read.params["locked_by_1"] == NODE
+    read = oracle.db.one(r"WHERE \S+\.claim = :c_claim")
+    assert read.params["c_claim"] == claim and read.params["c_node"] == NODE
     assert [p["queue_name"] for p in picked] == ["t1", "t2", "t3"]
     first = picked[0]
     assert first["prev_locked_by"] == OTHER_NODE and first["locked_by"] == NODE
