@@ -31,7 +31,7 @@ from ..dialects import db_now
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards
-from .finish_values import write_joined, write_values
+from .finish_values import JOINED_MAX, write_joined, write_values
 from .history import RunRecord, forget, insert_from, log_first, run_values
 from .state import clean_text
 
@@ -163,14 +163,20 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
     with store.autocommit() as conn:
         if store.dialect.update_from_values:
             return write_values(store, conn, node_id, writes, notify)
+        landed: set[int] = set()
         if store.dialect.joined_finish and len(writes) > 1:
-            joined = write_joined(store, conn, node_id, writes)
-            if joined is not None:
-                return joined
+            alone: list[FinishWrite] = []
+            for start in range(0, len(writes), JOINED_MAX):
+                chunk = writes[start : start + JOINED_MAX]
+                joined = write_joined(store, conn, node_id, chunk) if len(chunk) > 1 else None
+                if joined is None:
+                    alone += chunk
+                else:
+                    landed |= joined
+            writes = alone
         # One statement per execution, each with its own row count: which writes landed is
         # known at once, never guessed later from a row that may have moved on meanwhile
         # (PyMySQL runs an executemany of UPDATEs as these same round trips anyway).
-        landed: set[int] = set()
         for w in writes:
             _log_first(store, conn, node_id, w)
             count = conn.execute(

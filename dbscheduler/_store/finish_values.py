@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .finish import FinishWrite
     from .hotpath import Store
 
-__all__ = ["write_joined", "write_values"]
+__all__ = ["JOINED_MAX", "write_joined", "write_values"]
 
 
 def write_values(
@@ -167,11 +167,21 @@ def write_joined(
     again within that moment (then the pick's ``prev_locked_by`` tells, as after a lost
     answer)."""
     history = store.history and any(w.run is not None for w in writes)
-    insert, update = _joined_statements(store, history, len(writes))
+    # Past 8, padded to a multiple of 8 with rows that match nothing (no id, no run row):
+    # a few dozen statements, each built and compiled once, instead of one per number of
+    # rows, for at most 7 rows of parameters more.
+    size = len(writes) if len(writes) <= 8 else -(-len(writes) // 8) * 8
+    if size > JOINED_MAX:
+        raise ValueError(f"at most {JOINED_MAX} writes per joined finish, not {len(writes)}")
+    insert, update = _joined_statements(store, history, size)
     params: dict[str, Any] = {"j_node": node_id, "j_marker": uuid.uuid4().hex}
+    names = _names(history)
     for n, w in enumerate(writes):
-        for name, value in zip(_names(history), _row_values(w, history), strict=True):
+        for name, value in zip(names, _row_values(w, history), strict=True):
             params[f"j{n}_{name}"] = value
+    for n in range(len(writes), size):
+        for name in names:
+            params[f"j{n}_{name}"] = 0 if name in _FLAGS else None
     if insert is not None:
         try:
             # One autocommit statement: it inserts all its rows or none.
@@ -203,32 +213,43 @@ def _joined_statements(
     if cached is not None:
         return cached
     t = store.table
-    columns = _batch_columns(store, history)
-    v = _union_rows(columns, size, store)
+    columns = {c.name: c for c in _batch_columns(store, history)}
     node = sa.bindparam("j_node", type_=t.c.locked_by.type)
-    fence = sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node)
+
+    def fence(v: sa.Subquery) -> sa.ColumnElement[bool]:
+        return sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token,
+                       t.c.locked_by == node)
+
     insert = None
     if history:
+        # Each statement's rows carry only the columns it reads: PyMySQL escapes every
+        # parameter in Python.
+        r = _union_rows([columns[n] for n in _INSERT_NAMES], size, store)
         source = sa.select(
-            v.c.r_name, v.c.r_token, v.c.r_attempt, v.c.r_node, v.c.r_scheduled,
-            v.c.r_started, db_now(), v.c.w_status, v.c.w_error,
-        ).select_from(t.join(v, fence)).where(v.c.r_log == 1)
+            r.c.r_name, r.c.r_token, r.c.r_attempt, r.c.r_node, r.c.r_scheduled,
+            r.c.r_started, db_now(), r.c.w_status, r.c.w_error,
+        ).select_from(t.join(r, fence(r))).where(r.c.r_log == 1)
         insert = sa.insert(store.runs_table).from_select(list(RUN_COLUMNS), source)
+    v = _union_rows([columns[n] for n in _NAMES], size, store)
     update = (
         sa.update(t)
-        .where(fence)
+        .where(fence(v))
         # The flag arrives as 0/1 from a UNION of parameters, not as a boolean column.
         .values(claim=sa.bindparam("j_marker", type_=t.c.claim.type),
                 **_finished(t, v, v.c.w_set_payload == 1))
     )
-    if len(store.joined_statements) > 256:  # batch sizes are bounded by the workers anyway
-        store.joined_statements.clear()
     store.joined_statements[key] = (insert, update)
     return insert, update
 
 
+JOINED_MAX = 256
+"""Writes per joined finish statement (a larger batch is written in parts)."""
+_FLAGS = frozenset({"w_set_payload", "r_log"})
+
 _NAMES = ["w_id", "w_token", "w_next", "w_attempt", "w_status", "w_success", "w_error",
           "w_set_payload", "w_payload"]
+_INSERT_NAMES = ["w_id", "w_token", "w_status", "w_error", "r_log", "r_name", "r_token",
+                 "r_attempt", "r_node", "r_scheduled", "r_started"]
 _NAMES_HISTORY = [*_NAMES, "r_log", "r_name", "r_token", "r_attempt", "r_node", "r_scheduled",
                   "r_started"]
 
@@ -250,10 +271,8 @@ def _union_rows(
     types: dict[str, Any] = {"w_next": t.c.next_process_at.type,
                              "r_scheduled": store.runs_table.c.scheduled_at.type,
                              "r_started": store.runs_table.c.started_at.type}
-    flags = {"w_set_payload", "r_log"}
-
     def typed(c: sa.ColumnClause[Any]) -> Any:
-        if c.name in flags:
+        if c.name in _FLAGS:
             return sa.Integer()
         return types.get(c.name, c.type)
 

@@ -1,0 +1,63 @@
+"""A batch finish of any size lands every write once, with exactly one run row each, on every
+real database: PostgreSQL's one statement, MySQL/MariaDB's joined statements (built for a few
+padded sizes and written in parts past 256 rows) and the statement per execution of SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from dbscheduler._store import FinishWrite, Registration, RunRecord, Store
+from dbscheduler.dialects import create_engine
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def store(migrated: tuple[str, str]) -> Iterator[Store]:
+    url, table = migrated
+    made = Store(create_engine(url, lease=LEASE), table)
+    yield made
+    made.engine.dispose()
+
+
+@pytest.mark.parametrize("size", [2, 11, 300])
+def test_every_write_of_a_batch_lands_once_with_its_run_row(store: Store, size: int) -> None:
+    names = [f"job-{i:03d}" for i in range(size)]
+    store.register([Registration(n, "FixedRate(3600)", lambda now: now - timedelta(seconds=1))
+                    for n in names])
+    picked = []
+    while len(picked) < size:
+        rows = store.pick("A", size, LEASE, names).rows
+        assert rows, "every registered row is due"
+        picked += rows
+    stolen = picked[-1]  # another node took this one over: its write must not land
+    t = store.table
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(t).where(t.c.id == stolen["id"])
+                     .values(locked_by="B", prev_locked_by="A",
+                             total_attempt=t.c.total_attempt + 1))
+
+    def writes(now: object) -> list[FinishWrite]:
+        return [
+            FinishWrite(int(r["id"]), int(r["total_attempt"]), "success",
+                        r["last_started_at"] + timedelta(hours=1), 0, r["last_started_at"],
+                        payload=f'"{r["queue_name"]}"',
+                        run=RunRecord(r["queue_name"], int(r["total_attempt"]), 1, "A",
+                                      r["last_started_at"], r["last_started_at"]))
+            for r in picked
+        ]
+
+    _, stale = store.finish("A", writes)
+    assert [w.id for w in stale] == [stolen["id"]]
+    with store.engine.connect() as conn:
+        rows = {r.queue_name: r for r in conn.execute(sa.select(t))}
+        runs = conn.execute(sa.select(store.runs_table.c.task_name)).scalars().all()
+    for name in names[:-1]:
+        assert (rows[name].locked_by, rows[name].last_status) == (None, "success"), name
+        assert rows[name].payload == f'"{name}"'
+    assert rows[names[-1]].locked_by == "B"
+    assert sorted(runs) == names[:-1], "one run row per landed write, none for the stolen one"
