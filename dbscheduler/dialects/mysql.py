@@ -1,16 +1,17 @@
-"""MySQL ≥ 8 and MariaDB ≥ 10.6: the pick is one autocommit ``UPDATE … ORDER BY … LIMIT n``.
+"""MySQL ≥ 8 and MariaDB ≥ 10.6: the pick is a plain read of the first due ids, then an
+autocommit ``UPDATE`` of those ids.
 
 Neither server has ``UPDATE … RETURNING`` (MariaDB only on ``INSERT``/``DELETE``), and neither
-accepts ``LIMIT`` in an ``IN`` subquery of the updated table. The pick is therefore a
-single-table ``UPDATE … WHERE due ORDER BY priority DESC, next_process_at LIMIT n`` that stamps
-a fresh claim value and copies the overwritten values to ``prev_*`` (assignments run left to
-right), followed by a plain non-locking ``SELECT`` of the claimed rows. Under READ COMMITTED a
-concurrent pick waits for that one statement only, then finds the rows no longer due and skips
-them: no lock outlives a statement.
+accepts ``LIMIT`` in an ``IN`` subquery of the updated table. The pick therefore reads the
+first due ids (``ORDER BY priority DESC, next_process_at LIMIT n``, no lock), then updates
+exactly those rows where they are still due, stamping a fresh claim value and copying the
+overwritten values to ``prev_*`` (assignments run left to right), then reads the claimed rows
+back. A row another node took in between is no longer due and is left to it; no lock
+outlives a statement. (A single ``UPDATE … ORDER BY … LIMIT`` locks every due row while it
+sorts them, and deadlocked with finishes that made one of them due again.)
 
 Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)``.
 """
-
 from __future__ import annotations
 
 import math
@@ -27,12 +28,19 @@ from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
-from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, first_int_arg
+from .base import (
+    ConnectProblem,
+    Dialect,
+    PickedRow,
+    db_now,
+    db_now_plus,
+    driver_error,
+    first_int_arg,
+)
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
 """ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
@@ -46,27 +54,6 @@ STARTING = frozenset({1040, 1053})
 """Too many connections; server shutdown in progress."""
 
 log = engine_log("dbscheduler.dialects")
-
-
-class OldestFirstUpdate(Update):
-    """A single-table ``UPDATE … ORDER BY priority DESC, next_process_at LIMIT n``
-    (``mysql_limit``)."""
-
-    inherit_cache = True
-
-
-@compiles(OldestFirstUpdate, "mysql")
-@compiles(OldestFirstUpdate, "mariadb")
-def _oldest_first(element: OldestFirstUpdate, compiler: SQLCompiler, **kw: Any) -> str:
-    sql = compiler.visit_update(element, **kw)
-    head, limit, count = sql.rpartition(" LIMIT ")
-    if not limit:
-        raise ValueError("OldestFirstUpdate needs mysql_limit")
-    table = element.table
-    assert isinstance(table, sa.Table)
-    order = (f"{compiler.process(table.c.priority, **kw)} DESC, "
-             f"{compiler.process(table.c.next_process_at, **kw)}")
-    return f"{head} ORDER BY {order}{limit}{count}"
 
 
 @compiles(db_now, "mysql")
@@ -107,23 +94,58 @@ class MySQLDialect(Dialect):
             finally:
                 cursor.close()
 
-    def pick_statement(
+    def pick(
         self,
+        conn: Connection,
         table: sa.Table,
         *,
         where: ColumnElement[bool],
         limit: int,
-        lease: timedelta | ColumnElement[float],
-        node_id: str | ColumnElement[str],
-        claim: str | ColumnElement[str],
-    ) -> sa.Update:
-        t = table
-        return (
-            OldestFirstUpdate(t)
-            .where(where, t.c.next_process_at <= db_now())
-            .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
-            .with_dialect_options(mysql_limit=int(limit))
-        )
+        lease: timedelta,
+        node_id: str,
+        claim: str,
+        candidates: ColumnElement[bool] | None = None,
+        next_due: sa.Select[Any] | None = None,
+    ) -> list[PickedRow]:
+        # Two statements, neither holding a lock past itself: a plain read of the first due
+        # ids, then an update of those ids that repeats the due condition (a row another
+        # node took in between is no longer due, and is left to it). A single UPDATE …
+        # ORDER BY … LIMIT locks every due row while it sorts them; a finish that makes one
+        # of them due again then deadlocks with it, several times a second under load.
+        first, take = self._two_step(table, where, int(limit))
+        ids = [int(r[0]) for r in conn.execute(first)]
+        if not ids:
+            return []
+        conn.execute(take, {"p_ids": ids, "p_claim": claim, "p_node": node_id,
+                            "p_lease": lease.total_seconds()})
+        return self.claimed(conn, table, node_id=node_id, claim=claim)
+
+    def _two_step(
+        self, table: sa.Table, where: ColumnElement[bool], limit: int
+    ) -> tuple[sa.Select[Any], sa.Update]:
+        """The pick's read of due ids and its update of them, built once per conditions."""
+        built: dict[tuple[int, int, int], tuple[object, Any]] = self.__dict__.setdefault(
+            "_built_two_step", {})
+        key = (id(table), id(where), limit)
+        found = built.get(key)
+        if found is None:
+            if len(built) > 256:  # a limit per number of free workers, exclusions come and go
+                built.clear()
+            t, b = table, sa.bindparam
+            due = sa.and_(where, t.c.next_process_at <= db_now())
+            first = (sa.select(t.c.id).where(due)
+                     .order_by(t.c.priority.desc(), t.c.next_process_at).limit(limit))
+            take = (
+                sa.update(t)
+                .where(due, t.c.id.in_(b("p_ids", expanding=True)))
+                .ordered_values(*self.pick_values(
+                    t, lease=b("p_lease", type_=sa.Float()),
+                    node_id=b("p_node", type_=t.c.locked_by.type),
+                    claim=b("p_claim", type_=t.c.claim.type)))
+            )
+            # The conditions are kept with the statements: their ids stay theirs.
+            found = built[key] = ((table, where), (first, take))
+        return found[1]
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return MY_DATETIME(fsp=6)
