@@ -71,6 +71,7 @@ def burst_size(ctx: Context, system: System, settings: Settings, size: int,
         (node,) = start_nodes(ctx, system, backend, 1, nodes, mode="burst", n=size,
                               workers=settings.workers, lease=settings.lease,
                               poll=settings.poll)
+        backend.analyze()
         for r in range(rounds):
             reply = node.call("burst", {"n": size, "lead": settings.burst_lead}, timeout=300)
             run = collect(ctx, node, size, float(reply["t0"]), settings.burst_missed_after)

@@ -55,7 +55,8 @@ OPTIONAL_WORKLOADS = ("observability",)
 
 QUICK = Settings(
     windows=3, window=0.4,
-    ramp=(100, 1000, 2000, 4000, 8000), dbs_min_rate=1000, dbs_min_rate3=2000,
+    ramp=(100, 1000, 2000, 2500, 3000, 4000, 5000, 6000, 8000), dbs_min_rate=1000,
+    dbs_min_rate3=2000,
     idle_tasks=1_000, idle_windows=3, idle_window=1.0, idle_settle=0.5,
     wake_runs=3, wake_triggers=8, wake_triggers_polling=0,
     failover_runs=3, failover_lease=1.0,
@@ -64,15 +65,19 @@ QUICK = Settings(
 )
 QUICK_PLAN = {
     "dbs-pg": {*WORKLOADS, *OPTIONAL_WORKLOADS},
+    "dbs-sqlite": {"lag", "throughput1", "throughput3", "idle", "burst"},
+    "dbs-mariadb": {"lag", "throughput1", "throughput3", "idle", "burst"},
     "aps3": {"lag", "throughput1", "throughput3", "idle", "burst"},
     "aps4": {"lag", "throughput1", "idle", "burst"},
     "procrastinate": {"lag", "throughput1", "idle", "burst"},
 }
-"""What ``--quick`` runs of each system: PostgreSQL only, peers on one node (the full run runs
-everything everywhere; the soak is dbscheduler · PostgreSQL's alone in both)."""
+"""What ``--quick`` runs of each system: every goal's row for dbscheduler on each backend,
+the peers on one node (the full run runs everything everywhere; the soak, wake-up, failover
+and observability rows are dbscheduler · PostgreSQL's alone in the quick run)."""
 FULL = Settings(
     windows=3, window=1.5,
-    ramp=(100, 250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
+    ramp=(100, 250, 500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000, 8000, 10000,
+          12000),
     ramp3=(100, 500, 1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
     idle_windows=3, idle_window=5.0,
     wake_runs=3, wake_triggers=20, wake_triggers_polling=2,

@@ -247,6 +247,7 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
                 for node in targets:
                     reply = node.call("activate", {"start": active, "stop": n, "period": period,
                                                    "lead": 0.5}, timeout=120)
+                backend.analyze()  # the new rows' statistics, before the window opens
                 t0 = float(reply["t0"])
                 for i in range(active, n):
                     phases[i] = (t0 + (i - active) * period / (n - active)
