@@ -53,6 +53,25 @@ class Dialect:
     statement leaves a lock behind it: a node frozen between two statements blocks nobody.
     """
 
+    def __init__(self) -> None:
+        self._statements: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
+
+    def built(self, kind: str, parts: tuple[object, ...], build: Callable[[], Any],
+              *extra: object) -> Any:
+        """The statement ``build()`` returns, built once per ``kind``, ``parts`` and ``extra``.
+
+        ``parts`` are compared by identity: the store passes the same condition objects while
+        its node's names, tags and exclusions stay the same, so a statement of the hot path
+        is built (and its cache key computed) once, not hundreds of times a second. They are
+        kept with the statement, so their ids stay theirs."""
+        key = (kind, *(id(p) for p in parts), *extra)
+        found = self._statements.get(key)
+        if found is None:
+            if len(self._statements) > 256:  # limits per free workers; exclusions come and go
+                self._statements.clear()
+            found = self._statements[key] = (parts, build())
+        return found[1]
+
     name: ClassVar[str] = "generic"
     supports_notify: ClassVar[bool] = False
     """Whether operations can wake sleeping nodes at once (PostgreSQL ``LISTEN/NOTIFY``)."""
@@ -298,44 +317,31 @@ class Dialect:
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
     def _pick_built(self, table: sa.Table, where: ColumnElement[bool], limit: int) -> Any:
-        """:meth:`pick_statement` for these conditions and limit, built once: the store
-        passes the same ``where`` while its node's names, tags and exclusions stay the same,
-        and building it (with its cache key) cost more than running it on SQLite."""
-        built: dict[tuple[int, int, int], tuple[object, Any]] = self.__dict__.setdefault(
-            "_built_picks", {})
-        key = (id(table), id(where), limit)
-        found = built.get(key)
-        if found is None:
-            if len(built) > 256:  # a limit per number of free workers, exclusions come and go
-                built.clear()
+        """:meth:`pick_statement` with parameters ``p_lease``, ``p_node`` and ``p_claim``,
+        built once (building it cost more than running it on SQLite)."""
+        def build() -> Any:
             t = table
             stmt: Any = self.pick_statement(
                 t, where=where, limit=limit,
                 lease=sa.bindparam("p_lease", type_=sa.Float()),
                 node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
                 claim=sa.bindparam("p_claim", type_=t.c.claim.type))
-            if self.returning_update:
-                stmt = stmt.returning(*t.c)
-            # The conditions are kept with the statement: their ids stay theirs.
-            found = built[key] = ((table, where), stmt)
-        return found[1]
+            return stmt.returning(*t.c) if self.returning_update else stmt
+
+        return self.built("pick", (table, where), build, limit)
 
     def claimed(
         self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
     ) -> list[PickedRow]:
         """The rows a pick stamped with ``claim`` and still held by ``node_id``."""
-        built: dict[int, tuple[sa.Table, sa.Select[Any]]] = self.__dict__.setdefault(
-            "_built_claimed", {})
-        found = built.get(id(table))
-        if found is None:
-            t, b = table, sa.bindparam
-            found = built[id(table)] = (table, (
-                sa.select(t)
-                .where(t.c.claim == b("c_claim", type_=t.c.claim.type),
-                       t.c.locked_by == b("c_node", type_=t.c.locked_by.type))
-                .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
-            ))
-        return row_dicts(conn.execute(found[1], {"c_claim": claim, "c_node": node_id}))
+        t, b = table, sa.bindparam
+        stmt = self.built("claimed", (table,), lambda: (
+            sa.select(t)
+            .where(t.c.claim == b("c_claim", type_=t.c.claim.type),
+                   t.c.locked_by == b("c_node", type_=t.c.locked_by.type))
+            .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
+        ))
+        return row_dicts(conn.execute(stmt, {"c_claim": claim, "c_node": node_id}))
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]

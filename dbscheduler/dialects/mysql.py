@@ -123,14 +123,9 @@ class MySQLDialect(Dialect):
     def _two_step(
         self, table: sa.Table, where: ColumnElement[bool], limit: int
     ) -> tuple[sa.Select[Any], sa.Update]:
-        """The pick's read of due ids and its update of them, built once per conditions."""
-        built: dict[tuple[int, int, int], tuple[object, Any]] = self.__dict__.setdefault(
-            "_built_two_step", {})
-        key = (id(table), id(where), limit)
-        found = built.get(key)
-        if found is None:
-            if len(built) > 256:  # a limit per number of free workers, exclusions come and go
-                built.clear()
+        """The pick's read of due ids and its update of them (parameters ``p_ids``,
+        ``p_lease``, ``p_node``, ``p_claim``), built once per conditions and limit."""
+        def build() -> tuple[sa.Select[Any], sa.Update]:
             t, b = table, sa.bindparam
             due = sa.and_(where, t.c.next_process_at <= db_now())
             first = (sa.select(t.c.id).where(due)
@@ -143,9 +138,9 @@ class MySQLDialect(Dialect):
                     node_id=b("p_node", type_=t.c.locked_by.type),
                     claim=b("p_claim", type_=t.c.claim.type)))
             )
-            # The conditions are kept with the statements: their ids stay theirs.
-            found = built[key] = ((table, where), (first, take))
-        return found[1]
+            return first, take
+
+        return self.built("two-step pick", (table, where), build, limit)  # type: ignore[no-any-return]
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return MY_DATETIME(fsp=6)

@@ -165,13 +165,6 @@ class PostgreSQLDialect(Dialect):
                            for n in names)
         return column == sa.any_(sa.literal_column(f"ARRAY[{quoted}]", ARRAY(sa.Unicode())))
 
-    def __init__(self) -> None:
-        self._picks: dict[tuple[int, ...], tuple[tuple[object, ...], sa.Update]] = {}
-        """Pick statements built once per set of conditions (the store passes the same
-        condition objects while its node's names, tags and exclusions stay the same): run
-        with each pick's limit, claim, node and lease as parameters, their cache key and
-        compiled form are reused instead of rebuilt hundreds of times a second."""
-
     def pick(
         self,
         conn: Connection,
@@ -185,18 +178,13 @@ class PostgreSQLDialect(Dialect):
         candidates: ColumnElement[bool] | None = None,
         next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        parts = (table, where, candidates, next_due)
-        key = tuple(id(p) for p in parts)
-        cached = self._picks.get(key)
-        if cached is None:
-            if len(self._picks) > 32:  # conditions with exclusions come and go
-                self._picks.clear()
-            # The parts are kept with the statement: their ids stay theirs.
-            cached = self._picks[key] = (parts, self._pick_statement(table, where, candidates,
-                                                                      next_due))
+        # Built once per set of conditions, run with each pick's limit, claim, node and
+        # lease as parameters.
+        stmt = self.built("pick", (table, where, candidates, next_due),
+                          lambda: self._pick_statement(table, where, candidates, next_due))
         params = {"p_limit": int(limit), "p_claim": claim, "p_node": node_id,
                   "p_lease": lease.total_seconds()}
-        return row_dicts(conn.execute(cached[1], params))
+        return row_dicts(conn.execute(stmt, params))
 
     def _pick_statement(
         self,
