@@ -1,6 +1,6 @@
 """``python -m bench``: every workload on every system, one Markdown table, one JSON file.
 
-    .venv/bin/python -m bench --quick          # ~3 minutes (peers installed on first use)
+    .venv/bin/python -m bench --quick          # ~5 minutes (peers installed on first use)
     .venv/bin/python -m bench                  # full, ~30 minutes (10 of them the soak)
     .venv/bin/python -m bench --profile        # py-spy profile of dbscheduler under load
     .venv/bin/python -m bench --only dbs-pg,aps4 --workloads lag,throughput
@@ -94,7 +94,7 @@ ALL_SYSTEMS = ("dbs-pg", "dbs-sqlite", "dbs-mariadb", "aps3", "aps4", "procrasti
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (~3 min)")
+    p.add_argument("--quick", action="store_true", help="short windows, fewer steps (~5 min)")
     p.add_argument("--only", default="", help=f"comma-separated systems: {', '.join(SYSTEMS)}")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated: {', '.join(WORKLOADS)}; also "
