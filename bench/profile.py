@@ -25,12 +25,12 @@ from bench.infra import (
     PEER_ENVS,
     ROOT,
     Databases,
-    PrivatePostgres,
     ensure_env,
     kill_all,
     log,
     nodes_cleanup,
 )
+from bench.private_pg import PrivatePostgres
 from bench.stats import Grid, window_figures
 from bench.workloads import SYSTEMS, Context, Settings, create_dbs_table
 

@@ -32,12 +32,12 @@ from bench.infra import (
     PEER_ENVS,
     SHARED_PG_URL,
     Databases,
-    PrivatePostgres,
     ensure_env,
     install_signal_handlers,
     kill_all,
     log,
 )
+from bench.private_pg import PrivatePostgres
 from bench.soak import soak_session
 from bench.table import table
 from bench.workloads import (

@@ -35,6 +35,7 @@ from .common import (
     row_dicts,
     seconds_param,
 )
+from .statement_cache import StatementCache
 
 __all__ = [
     "ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
@@ -44,7 +45,7 @@ __all__ = [
 log = engine_log("dbscheduler.dialects")
 
 
-class Dialect:
+class Dialect(StatementCache):
     """What one database backend does differently. Subclasses live in ``dialects/<name>.py``.
 
     The defaults implement the portable strategy: pick with one autocommit ``UPDATE … WHERE id
@@ -52,25 +53,6 @@ class Dialect:
     update return them), and insert-if-absent by catching the unique violation. No engine
     statement leaves a lock behind it: a node frozen between two statements blocks nobody.
     """
-
-    def __init__(self) -> None:
-        self._statements: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
-
-    def built(self, kind: str, parts: tuple[object, ...], build: Callable[[], Any],
-              *extra: object) -> Any:
-        """The statement ``build()`` returns, built once per ``kind``, ``parts`` and ``extra``.
-
-        ``parts`` are compared by identity: the store passes the same condition objects while
-        its node's names, tags and exclusions stay the same, so a statement of the hot path
-        is built (and its cache key computed) once, not hundreds of times a second. They are
-        kept with the statement, so their ids stay theirs."""
-        key = (kind, *(id(p) for p in parts), *extra)
-        found = self._statements.get(key)
-        if found is None:
-            if len(self._statements) > 256:  # limits per free workers; exclusions come and go
-                self._statements.clear()
-            found = self._statements[key] = (parts, build())
-        return found[1]
 
     name: ClassVar[str] = "generic"
     supports_notify: ClassVar[bool] = False
@@ -309,23 +291,21 @@ class Dialect:
         holds ``paused = false`` and the name filter; the dialect adds ``next_process_at <= db
         now`` and the ordering.
         """
-        stmt = self._pick_built(table, where, int(limit))
         params = {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
+        result = conn.execute(self._pick_built(table, where, int(limit)), params)
         if self.returning_update:
-            return row_dicts(conn.execute(stmt, params))
-        conn.execute(stmt, params)
+            return row_dicts(result)
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
     def _pick_built(self, table: sa.Table, where: ColumnElement[bool], limit: int) -> Any:
-        """:meth:`pick_statement` with parameters ``p_lease``, ``p_node`` and ``p_claim``,
-        built once (building it cost more than running it on SQLite)."""
+        """:meth:`pick_statement` with parameters ``p_lease``, ``p_node``, ``p_claim``, built
+        once (building it cost more than running it on SQLite)."""
         def build() -> Any:
-            t = table
+            t, b = table, sa.bindparam
             stmt: Any = self.pick_statement(
-                t, where=where, limit=limit,
-                lease=sa.bindparam("p_lease", type_=sa.Float()),
-                node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
-                claim=sa.bindparam("p_claim", type_=t.c.claim.type))
+                t, where=where, limit=limit, lease=b("p_lease", type_=sa.Float()),
+                node_id=b("p_node", type_=t.c.locked_by.type),
+                claim=b("p_claim", type_=t.c.claim.type))
             return stmt.returning(*t.c) if self.returning_update else stmt
 
         return self.built("pick", (table, where), build, limit)
@@ -361,10 +341,8 @@ class Dialect:
     def batch_keys(
         self, name: str, key: sa.ColumnClause[Any], target: ColumnElement[Any]
     ) -> ColumnElement[bool] | None:
-        """A condition that ``target`` is one of the values of the column ``key`` of
-        :meth:`batch_rows`'s derived table ``name``, for a database that would otherwise plan
-        the update from the batch's rows as a scan of the table (``None``: the join alone
-        is planned well)."""
+        """``target`` is one of the batch's ``key`` values, for a planner that would scan the
+        table otherwise (``None``: the join alone is planned well)."""
         return None
 
     # -- fenced transactions -------------------------------------------------------------
