@@ -32,6 +32,8 @@ from .common import (
     driver_error,
     first_int_arg,
     insert_if_absent_statement,
+    pick_binds,
+    pick_params,
     row_dicts,
     seconds_param,
 )
@@ -291,8 +293,8 @@ class Dialect(StatementCache):
         holds ``paused = false`` and the name filter; the dialect adds ``next_process_at <= db
         now`` and the ordering.
         """
-        params = {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
-        result = conn.execute(self._pick_built(table, where, int(limit)), params)
+        result = conn.execute(self._pick_built(table, where, int(limit)),
+                              pick_params(claim, node_id, lease))
         if self.returning_update:
             return row_dicts(result)
         return self.claimed(conn, table, node_id=node_id, claim=claim)
@@ -301,12 +303,9 @@ class Dialect(StatementCache):
         """:meth:`pick_statement` with parameters ``p_lease``, ``p_node``, ``p_claim``, built
         once (building it cost more than running it on SQLite)."""
         def build() -> Any:
-            t, b = table, sa.bindparam
-            stmt: Any = self.pick_statement(
-                t, where=where, limit=limit, lease=b("p_lease", type_=sa.Float()),
-                node_id=b("p_node", type_=t.c.locked_by.type),
-                claim=b("p_claim", type_=t.c.claim.type))
-            return stmt.returning(*t.c) if self.returning_update else stmt
+            stmt: Any = self.pick_statement(table, where=where, limit=limit,
+                                            **pick_binds(table))
+            return stmt.returning(*table.c) if self.returning_update else stmt
 
         return self.built("pick", (table, where), build, limit)
 

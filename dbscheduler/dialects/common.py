@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -17,7 +17,8 @@ from .types import UTCDateTime
 
 __all__ = [
     "ConnectKind", "ConnectProblem", "PickedRow", "db_now", "db_now_plus", "driver_error",
-    "first_int_arg", "insert_if_absent_statement", "pick_limit", "row_dicts", "seconds_param",
+    "first_int_arg", "insert_if_absent_statement", "pick_binds", "pick_limit", "pick_params",
+    "row_dicts", "seconds_param",
 ]
 
 PickedRow = Mapping[str, Any]
@@ -60,6 +61,21 @@ def pick_limit() -> ColumnElement[int]:
     """The pick's row limit as the bound parameter ``p_limit``: the statements built once
     (the PostgreSQL pick and its candidates) take each pick's limit with its parameters."""
     return sa.bindparam("p_limit", type_=sa.Integer())
+
+
+def pick_binds(table: sa.Table) -> dict[str, ColumnElement[Any]]:
+    """The pick's lease, node and claim as the bound parameters ``p_lease``, ``p_node`` and
+    ``p_claim`` (keywords of ``Dialect.pick_values``): a pick statement built once takes
+    each pick's own through :func:`pick_params`."""
+    t = table
+    return {"lease": seconds_param("p_lease"),
+            "node_id": sa.bindparam("p_node", type_=t.c.locked_by.type),
+            "claim": sa.bindparam("p_claim", type_=t.c.claim.type)}
+
+
+def pick_params(claim: str, node_id: str, lease: timedelta) -> dict[str, Any]:
+    """The values of :func:`pick_binds` for one pick."""
+    return {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
 
 
 def seconds_param(name: str) -> ColumnElement[float]:

@@ -12,6 +12,7 @@ sorts them, and deadlocked with finishes that made one of them due again.)
 
 Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,6 +42,7 @@ from .base import (
     driver_error,
     first_int_arg,
 )
+from .common import pick_binds, pick_params
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
 """ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
@@ -107,17 +109,17 @@ class MySQLDialect(Dialect):
         candidates: ColumnElement[bool] | None = None,
         next_due: sa.Select[Any] | None = None,
     ) -> list[PickedRow]:
-        # Two statements, neither holding a lock past itself: a plain read of the first due
-        # ids, then an update of those ids that repeats the due condition (a row another
-        # node took in between is no longer due, and is left to it). A single UPDATE …
+        # Three statements, none holding a lock past itself: a plain read of the first due
+        # ids, an update of those ids that repeats the due condition (a row another node
+        # took in between is no longer due, and is left to it), then the read-back of the
+        # claimed rows (no RETURNING on UPDATE here). A single UPDATE …
         # ORDER BY … LIMIT locks every due row while it sorts them; a finish that makes one
         # of them due again then deadlocks with it, several times a second under load.
         first, take = self._two_step(table, where, int(limit))
         ids = [int(r[0]) for r in conn.execute(first)]
         if not ids:
             return []
-        conn.execute(take, {"p_ids": ids, "p_claim": claim, "p_node": node_id,
-                            "p_lease": lease.total_seconds()})
+        conn.execute(take, {"p_ids": ids, **pick_params(claim, node_id, lease)})
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
     def _two_step(
@@ -126,17 +128,14 @@ class MySQLDialect(Dialect):
         """The pick's read of due ids and its update of them (parameters ``p_ids``,
         ``p_lease``, ``p_node``, ``p_claim``), built once per conditions and limit."""
         def build() -> tuple[sa.Select[Any], sa.Update]:
-            t, b = table, sa.bindparam
+            t = table
             due = sa.and_(where, t.c.next_process_at <= db_now())
             first = (sa.select(t.c.id).where(due)
                      .order_by(t.c.priority.desc(), t.c.next_process_at).limit(limit))
             take = (
                 sa.update(t)
-                .where(due, t.c.id.in_(b("p_ids", expanding=True)))
-                .ordered_values(*self.pick_values(
-                    t, lease=b("p_lease", type_=sa.Float()),
-                    node_id=b("p_node", type_=t.c.locked_by.type),
-                    claim=b("p_claim", type_=t.c.claim.type)))
+                .where(due, t.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+                .ordered_values(*self.pick_values(t, **pick_binds(t)))
             )
             return first, take
 

@@ -34,7 +34,7 @@ from .base import (
     driver_error,
     row_dicts,
 )
-from .common import pick_limit
+from .common import pick_binds, pick_limit, pick_params
 from .pg_arrays import array_literal
 from .types import FalseDefault
 
@@ -182,8 +182,7 @@ class PostgreSQLDialect(Dialect):
         # lease as parameters.
         stmt = self.built("pick", (table, where, candidates, next_due),
                           lambda: self._pick_statement(table, where, candidates, next_due))
-        params = {"p_limit": int(limit), "p_claim": claim, "p_node": node_id,
-                  "p_lease": lease.total_seconds()}
+        params = {"p_limit": int(limit), **pick_params(claim, node_id, lease)}
         return row_dicts(conn.execute(stmt, params))
 
     def _pick_statement(
@@ -206,10 +205,7 @@ class PostgreSQLDialect(Dialect):
             .with_for_update(skip_locked=True)
             .cte("due")
         )
-        values = self.pick_values(
-            t, lease=sa.bindparam("p_lease", type_=sa.Float()),
-            node_id=sa.bindparam("p_node", type_=t.c.locked_by.type),
-            claim=sa.bindparam("p_claim", type_=t.c.claim.type))
+        values = self.pick_values(t, **pick_binds(t))
         return (
             sa.update(t)
             .where(t.c.id == due.c.id)
