@@ -44,6 +44,7 @@ __all__ = [
     "log_first",
     "prune_beyond",
     "prune_older",
+    "run_params",
     "run_values",
     "select_runs",
 ]
@@ -98,22 +99,34 @@ def run_values(
     ``error`` is left out when there is none: an untyped NULL in a select list is something
     drivers describe differently (the column defaults to NULL)."""
     runs, b = store.runs_table, sa.bindparam
+    given = run_params(run, status, error)
     values: list[sa.ColumnElement[Any]] = [
-        b("h_name", run.name, type_=runs.c.task_name.type),
-        b("h_token", run.token, type_=sa.BigInteger()),
-        b("h_attempt", run.attempt, type_=sa.Integer()),
-        b("h_node", run.node_id, type_=runs.c.node_id.type),
-        b("h_scheduled", run.scheduled_at, type_=runs.c.scheduled_at.type),
-        b("h_started", run.started_at, type_=runs.c.started_at.type),
+        b("h_name", given["h_name"], type_=runs.c.task_name.type),
+        b("h_token", given["h_token"], type_=sa.BigInteger()),
+        b("h_attempt", given["h_attempt"], type_=sa.Integer()),
+        b("h_node", given["h_node"], type_=runs.c.node_id.type),
+        b("h_scheduled", given["h_scheduled"], type_=runs.c.scheduled_at.type),
+        b("h_started", given["h_started"], type_=runs.c.started_at.type),
         db_now(),
-        b("h_status", status, type_=runs.c.status.type),
+        b("h_status", given["h_status"], type_=runs.c.status.type),
     ]
     columns = list(RUN_COLUMNS)
     if error is None:
         columns.remove("error")
     else:
-        values.append(b("h_error", error, type_=runs.c.error.type))
+        values.append(b("h_error", given["h_error"], type_=runs.c.error.type))
     return columns, values
+
+
+def run_params(run: RunRecord, status: str, error: str | None) -> dict[str, Any]:
+    """The values of :func:`run_values`'s parameters for ``run`` (``h_error`` only with an
+    error), to run a statement built once from them with another execution's."""
+    params = {"h_name": run.name, "h_token": run.token, "h_attempt": run.attempt,
+              "h_node": run.node_id, "h_scheduled": run.scheduled_at,
+              "h_started": run.started_at, "h_status": status}
+    if error is not None:
+        params["h_error"] = error
+    return params
 
 
 def log_first(
@@ -142,12 +155,7 @@ def log_first(
                 t.c.total_attempt == b("f_token", type_=sa.BigInteger()),
                 t.c.locked_by == b("f_node", type_=t.c.locked_by.type)))
     id_, token, node_id = fence
-    params = {"h_name": run.name, "h_token": run.token, "h_attempt": run.attempt,
-              "h_node": run.node_id, "h_scheduled": run.scheduled_at,
-              "h_started": run.started_at, "h_status": status,
-              "f_id": id_, "f_token": token, "f_node": node_id}
-    if error is not None:
-        params["h_error"] = error
+    params = {**run_params(run, status, error), "f_id": id_, "f_token": token, "f_node": node_id}
     try:
         conn.execute(stmt, params)
     except sa.exc.IntegrityError:
