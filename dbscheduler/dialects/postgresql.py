@@ -193,16 +193,36 @@ class PostgreSQLDialect(Dialect):
         next_due: sa.Select[Any] | None,
     ) -> sa.Update:
         later = t.alias("later")
+        # A literal, not a parameter: so the partial index's predicate (priority != 0) matches.
+        zero: ColumnElement[int] = sa.literal_column("0")
+
+        def first(plain: bool) -> sa.CTE:
+            """The first due rows of priority 0 in due order (a walk of the due-time index
+            that stops after ``p_limit`` rows), or of the other priorities in their order
+            (the partial index of the few such rows). One ``ORDER BY priority`` over the
+            whole table would read and sort every due row on every pick: with 5,000 due at
+            once, 1.3 ms instead of 0.1 ms, 156 times over."""
+            return (
+                sa.select(t.c.id, t.c.priority, t.c.next_process_at)
+                # Without the candidates, a table whose earliest rows all belong to handlers
+                # this node lacks (a million overdue jobs of another service) would be read
+                # past, row by row, in due-time order on every pick.
+                .where(where, t.c.next_process_at <= db_now(),
+                       t.c.priority == zero if plain else t.c.priority != zero,
+                       *([candidates] if candidates is not None else []))
+                .order_by(*([] if plain else [t.c.priority.desc()]), t.c.next_process_at)
+                .limit(pick_limit())
+                .with_for_update(skip_locked=True)
+                .cte("plain" if plain else "ranked")
+            )
+
+        # Rows a branch locked and the limit leaves out are unlocked when the statement ends.
+        both = sa.union_all(*(sa.select(c.c.id, c.c.priority, c.c.next_process_at)
+                              for c in (first(True), first(False)))).subquery("both")
         due = (
-            sa.select(t.c.id)
-            # Without the candidates, a table whose earliest rows all belong to handlers this
-            # node lacks (a million overdue jobs of another service) would be read past,
-            # row by row, in due-time order on every pick.
-            .where(where, t.c.next_process_at <= db_now(),
-                   *([candidates] if candidates is not None else []))
-            .order_by(t.c.priority.desc(), t.c.next_process_at)
+            sa.select(both.c.id)
+            .order_by(both.c.priority.desc(), both.c.next_process_at)
             .limit(pick_limit())
-            .with_for_update(skip_locked=True)
             .cte("due")
         )
         values = self.pick_values(t, **pick_binds(t))
