@@ -1,9 +1,12 @@
 """Finishing executions: fenced writes that hold no lock, one row never failing the others.
 
 PostgreSQL writes a whole batch in one autocommit statement (``UPDATE … FROM (VALUES …)
-RETURNING``, with the run history's rows and ``pg_notify`` in the same statement). The other
-databases send one fenced ``UPDATE`` per execution in autocommit, each with its own row count,
-right after its run row (see :mod:`dbscheduler._store.history` for why that order is safe).
+RETURNING``, with the run history's rows and ``pg_notify`` in the same statement).
+MySQL/MariaDB and SQLite write it in two: the run rows' ``INSERT … SELECT``, then one fenced
+multi-row ``UPDATE``, each joining the batch's rows (:mod:`.finish_values`). The other
+databases, and a batch of one, send one fenced ``UPDATE`` per execution in autocommit, each
+with its own row count, right after its run row (see :mod:`dbscheduler._store.history` for
+why that order is safe).
 ``last_finished_at`` is the database's clock in the statement; the next due time is planned
 with the node's estimate of that clock (its monotonic clock plus the offset measured at
 every poll), so no ``SELECT now()`` precedes the write.
@@ -31,7 +34,7 @@ from ..dialects import db_now
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards
-from .finish_values import JOINED_MAX, write_joined, write_values
+from .finish_values import write_joined, write_values
 from .history import RunRecord, forget, insert_from, log_first, run_values
 from .state import clean_text
 
@@ -166,8 +169,9 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
         landed: set[int] = set()
         if store.dialect.joined_finish and len(writes) > 1:
             alone: list[FinishWrite] = []
-            for start in range(0, len(writes), JOINED_MAX):
-                chunk = writes[start : start + JOINED_MAX]
+            most = store.dialect.joined_max
+            for start in range(0, len(writes), most):
+                chunk = writes[start : start + most]
                 joined = write_joined(store, conn, node_id, chunk) if len(chunk) > 1 else None
                 if joined is None:
                     alone += chunk

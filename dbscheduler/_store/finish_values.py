@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .finish import FinishWrite
     from .hotpath import Store
 
-__all__ = ["JOINED_MAX", "write_joined", "write_values"]
+__all__ = ["write_joined", "write_values"]
 
 
 def write_values(
@@ -149,7 +149,7 @@ def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
             run.started_at)
 
 
-# -- databases that join the batch's rows as a derived table (MySQL/MariaDB) ---------------
+# -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) -------
 def write_joined(
     store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
 ) -> set[int] | None:
@@ -171,8 +171,9 @@ def write_joined(
     # a few dozen statements, each built and compiled once, instead of one per number of
     # rows, for at most 7 rows of parameters more.
     size = len(writes) if len(writes) <= 8 else -(-len(writes) // 8) * 8
-    if size > JOINED_MAX:
-        raise ValueError(f"at most {JOINED_MAX} writes per joined finish, not {len(writes)}")
+    most = store.dialect.joined_max
+    if size > most:
+        raise ValueError(f"at most {most} writes per joined finish, not {len(writes)}")
     insert, update = _joined_statements(store, history, size)
     params: dict[str, Any] = {"j_node": node_id, "j_marker": uuid.uuid4().hex}
     names = _names(history)
@@ -216,9 +217,13 @@ def _joined_statements(
     columns = {c.name: c for c in _batch_columns(store, history)}
     node = sa.bindparam("j_node", type_=t.c.locked_by.type)
 
+    # The batch's ids spelled out too: the table is then looked up by key whatever the
+    # planner thinks of the derived table (SQLite scanned the table without it).
+    ids = t.c.id.in_([sa.bindparam(f"j{n}_w_id", type_=t.c.id.type) for n in range(size)])
+
     def fence(v: sa.Subquery) -> sa.ColumnElement[bool]:
         return sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token,
-                       t.c.locked_by == node)
+                       t.c.locked_by == node, ids)
 
     insert = None
     if history:
@@ -242,8 +247,6 @@ def _joined_statements(
     return insert, update
 
 
-JOINED_MAX = 256
-"""Writes per joined finish statement (a larger batch is written in parts)."""
 _FLAGS = frozenset({"w_set_payload", "r_log"})
 
 _NAMES = ["w_id", "w_token", "w_next", "w_attempt", "w_status", "w_success", "w_error",

@@ -39,10 +39,9 @@ from .common import (
 )
 from .statement_cache import StatementCache
 
-__all__ = [
-    "ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
-    "driver_error", "first_int_arg", "insert_if_absent_statement", "row_dicts", "seconds_param",
-]
+__all__ = ["ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
+           "driver_error", "first_int_arg", "insert_if_absent_statement", "row_dicts",
+           "seconds_param"]
 
 log = engine_log("dbscheduler.dialects")
 
@@ -78,14 +77,15 @@ class Dialect(StatementCache):
     joined_finish: ClassVar[bool] = False
     """A batch of finishes can be two statements, its run rows' ``INSERT … SELECT`` and a
     multi-row ``UPDATE``, each joining the batch's rows as a derived table (MySQL's
-    multi-table ``UPDATE``); otherwise two per execution."""
+    multi-table ``UPDATE``, SQLite's ``UPDATE … FROM``), of at most ``joined_max`` rows
+    each (a larger batch is written in parts); otherwise two statements per execution."""
+    joined_max: ClassVar[int] = 256
     autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options under which every statement commits on its own."""
 
     embedded: ClassVar[bool] = False
     """The database lives with the application (SQLite): the scheduler creates its table on
     first use instead of asking for ``dbscheduler migrate``."""
-
     # -- engine set-up -------------------------------------------------------------------
     def configure_engine(self, engine: Engine) -> None:
         """Attach whatever the backend needs to every new connection (SQLite: locking)."""

@@ -1,6 +1,6 @@
 """A batch finish of any size lands every write once, with exactly one run row each, on every
-real database: PostgreSQL's one statement, MySQL/MariaDB's joined statements (built for a few
-padded sizes and written in parts past 256 rows) and the statement per execution of SQLite."""
+real database: PostgreSQL's one statement, and the joined statements of MySQL/MariaDB and
+SQLite (built for a few padded sizes, written in parts past 256 rows, 32 on SQLite)."""
 
 from __future__ import annotations
 

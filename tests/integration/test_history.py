@@ -162,9 +162,9 @@ def test_a_one_off_jobs_run_stays_after_its_row_is_gone(migrated: tuple[str, str
 
 # -- written with the finish ------------------------------------------------------------------
 def test_the_run_rows_cost_on_each_database(migrated: tuple[str, str], backend: str) -> None:
-    # PostgreSQL: a whole batch of finishes and their run rows is one statement. MySQL: the
-    # batch's run rows, then its fenced finishes (two statements). Elsewhere: one run row,
-    # then one fenced finish, per execution.
+    # PostgreSQL: a whole batch of finishes and their run rows is one statement. MySQL and
+    # SQLite: the batch's run rows, then its fenced finishes (two statements). Elsewhere: one
+    # run row, then one fenced finish, per execution.
     url, table = migrated
     s = Scheduler(url, table=table, node_id="n1", lease=30)
     for i in range(3):
@@ -189,7 +189,7 @@ def test_the_run_rows_cost_on_each_database(migrated: tuple[str, str], backend: 
     if backend == "postgresql":
         assert len(writes) == 1, writes
         assert "INSERT INTO" in writes[0] and "UPDATE" in writes[0]
-    elif backend == "mysql":
+    elif backend in ("mysql", "sqlite"):
         # The batch's run rows in one statement, then its fenced finishes in one.
         assert len(writes) == 2, writes
         assert "INSERT INTO" in writes[0] and writes[1].lstrip().upper().startswith("UPDATE")
