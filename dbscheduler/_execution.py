@@ -4,7 +4,6 @@ passes around."""
 from __future__ import annotations
 
 import inspect
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +82,7 @@ class Execution:
     cancel_requested: bool = False
     timed_out: bool = False
     """Its ``timeout`` passed while it ran (the stop was requested for that)."""
-    done: threading.Event = field(default_factory=threading.Event)
+    returned: bool = False
     """Set once the task function has returned (or raised)."""
 
 

@@ -49,7 +49,7 @@ class Timeouts:
                     wait = self._heap[0][0] - time.monotonic() if self._heap else None
                     self._cond.wait(wait)
                 at, _, ignored, ex = heapq.heappop(self._heap)
-                if ex.done.is_set():
+                if ex.returned:
                     continue
                 if not ignored:
                     # Pushed before the flag is seen by the worker: its answer is "timeout".
