@@ -217,13 +217,9 @@ def _joined_statements(
     columns = {c.name: c for c in _batch_columns(store, history)}
     node = sa.bindparam("j_node", type_=t.c.locked_by.type)
 
-    # The batch's ids spelled out too: the table is then looked up by key whatever the
-    # planner thinks of the derived table (SQLite scanned the table without it).
-    ids = t.c.id.in_([sa.bindparam(f"j{n}_w_id", type_=t.c.id.type) for n in range(size)])
-
     def fence(v: sa.Subquery) -> sa.ColumnElement[bool]:
         return sa.and_(t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token,
-                       t.c.locked_by == node, ids)
+                       t.c.locked_by == node)
 
     insert = None
     if history:

@@ -80,6 +80,7 @@ class Dialect(StatementCache):
     multi-table ``UPDATE``, SQLite's ``UPDATE … FROM``), of at most ``joined_max`` rows
     each (a larger batch is written in parts); otherwise two statements per execution."""
     joined_max: ClassVar[int] = 256
+    """Rows per joined finish statement (see :attr:`joined_finish`)."""
     autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options under which every statement commits on its own."""
 

@@ -223,12 +223,13 @@ class PostgreSQLDialect(Dialect):
             sa.select(both.c.id)
             .order_by(both.c.priority.desc(), both.c.next_process_at)
             .limit(pick_limit())
-            .cte("due")
         )
         values = self.pick_values(t, **pick_binds(t))
         return (
             sa.update(t)
-            .where(t.c.id == due.c.id)
+            # The ids as one array, not a join: the primary key finds them, where a join
+            # with a small table's rows was planned as a scan of the table.
+            .where(t.c.id == sa.any_(sa.func.array(due.scalar_subquery())))
             .ordered_values(*values)
             .returning(
                 *t.c,

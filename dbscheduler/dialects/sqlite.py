@@ -80,11 +80,10 @@ class SQLiteDialect(Dialect):
     name = "sqlite"
     insert_needs_transaction = False
     # The joined batch finish: every autocommit statement is a commit, which costs SQLite more
-    # than the statement (one node: 3,900 → 6,500 executions/s). Its fence names the batch's
-    # ids, so SQLite looks each row up by rowid instead of scanning the table.
+    # than the statement (one node: 3,900 → 6,500 executions/s).
     joined_finish = True
-    # SQLite has one writer: a pick waits for the whole statement in progress. 32 rows take
-    # it about 2.5 ms; 256 made the bursts of the benchmark 20-30 % slower.
+    # SQLite has one writer: a pick waits for the whole statement in progress. With 256 rows
+    # per statement the benchmark's bursts were 20-30 % slower than with 32.
     joined_max = 32
     returning_update = True
     embedded = True
