@@ -266,8 +266,11 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
             w_end = w0 + settings.windows * window
             time.sleep(max(0.0, w_end + grace - time.time()))
             samples: list[Sample] = []
+            per_node: list[int] = []  # executions each node ran: is the work shared?
             for node in nodes:
-                samples.extend(node.dump(ctx.tmp))
+                ran = node.dump(ctx.tmp)
+                per_node.append(len(ran))
+                samples.extend(ran)
             figures = [
                 window_figures(samples, grid, w0 + j * window, w0 + (j + 1) * window)
                 for j in range(settings.windows)
@@ -275,14 +278,17 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
             passed = [f["due"] > 0 and f["lag_p99_ms"] < LAG_BUDGET_MS
                       and f["missed"] <= MISSED_BUDGET * f["due"] for f in figures]
             steps.append({"rate": rate, "tasks": n, "period": period, "windows": figures,
-                          "passed": passed, "activation_seconds": activated})
+                          "passed": passed, "activation_seconds": activated,
+                          "per_node": per_node})
             p99 = sorted(f["lag_p99_ms"] for f in figures)[len(figures) // 2]
             done = sorted(f["executions_per_s"] for f in figures)[len(figures) // 2]
             log(f"  {system.key} {label} {nodes_count} node(s) {rate}/s ({n} tasks): "
                 f"{done:,.0f} exec/s, lag p99 {p99:,.1f} ms, "
                 f"missed {sum(int(f['missed']) for f in figures)}, "
-                f"dup {sum(int(f['duplicates']) for f in figures)} "
-                f"{'ok' if sum(passed) * 2 > len(passed) else 'NOT sustained'}")
+                f"dup {sum(int(f['duplicates']) for f in figures)}"
+                + (f", per node {' / '.join(f'{k:,}' for k in per_node)}" if len(nodes) > 1
+                   else "")
+                + f" {'ok' if sum(passed) * 2 > len(passed) else 'NOT sustained'}")
             if stop_on_fail and sum(passed) * 2 <= len(passed):
                 break
     return steps
