@@ -1,4 +1,4 @@
-"""How much of the table the hot statements read, whatever the planner's statistics say.
+"""How much of the table the hot statements read when every row of it is due.
 
 A burst makes thousands of rows due at once. A pick that sorted every due row to find the
 first few read the whole burst on each of its picks, and its join with the table it updates
