@@ -34,6 +34,9 @@ CONTENDED_RETRY = 0.005
 GIVEN_BACK_PAUSE = 0.1
 """A pick gave its rows back (their group was over its limit): look again after a random
 pause of up to this many seconds."""
+GATHER_WAIT = 0.005
+"""Rows are due but fewer than half of the workers are free: wait at most this long for more
+to free before picking."""
 
 
 class Poller:
@@ -76,6 +79,7 @@ class Poller:
         self._next_due: datetime | None = None
         self._next_due_known = False
         self._margin = safety_margin(lease)
+        self._gather_until: float | None = None
         self._thread = engine_thread(self._run, "dbscheduler-poller")
 
     def start(self) -> None:
@@ -160,6 +164,9 @@ class Poller:
             return min(wait, until_poll)
         if self._stop.is_set():
             return 0
+        gather = self._gather(free)
+        if gather > 0:
+            return gather
         known = self._tasks.names()
         sent = time.monotonic()
         picked = self._store.pick(self._node_id, free, self._lease, known, self._in_flight(sent))
@@ -199,6 +206,26 @@ class Poller:
                 # Nodes that gave back together pick again at different moments.
                 return random.uniform(GIVEN_BACK_PAUSE / 2, GIVEN_BACK_PAUSE)
             return CONTENDED_RETRY
+        return 0
+
+    def _gather(self, free: int) -> float:
+        """How long to wait before picking for ``free`` workers while rows are due: 0, or
+        (fewer than half free) until more free, at most :data:`GATHER_WAIT`.
+
+        A node draining a backlog of short executions otherwise settles into pairs of picks
+        (31 and 1, or 20 and 12: one for the workers that just freed, one for those that
+        were still finishing), each a full round trip; gathered, one pick fills them all.
+        Each freed worker wakes the poller, which looks again.
+        """
+        if free * 2 >= self._executor.max_workers:
+            self._gather_until = None
+            return 0
+        now = time.monotonic()
+        if self._gather_until is None:
+            self._gather_until = now + GATHER_WAIT
+        if now < self._gather_until:
+            return self._gather_until - now
+        self._gather_until = None
         return 0
 
     def _in_flight(self, now: float) -> set[int]:
