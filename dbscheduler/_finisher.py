@@ -226,7 +226,9 @@ class Finisher:
         log.warning("the execution on node %s was lost; recovering", lost_node,
                     extra=about(task.name, int(row["total_attempt"]) - 1))
         info = task_info({
-            **row, "next_process_at": row["prev_next_process_at"], "attempt": lost_attempt,
+            # The lost execution's facts for the listeners: the whole row, read again.
+            **self._store.whole_row(row),
+            "next_process_at": row["prev_next_process_at"], "attempt": lost_attempt,
             "total_attempt": int(row["total_attempt"]) - 1, "locked_by": lost_node,
             "last_started_at": lost_started, "stop_requested": False,
         })

@@ -267,4 +267,3 @@ def trigger_columns() -> list[sa.Column[Any]]:
 
 COLUMNS: tuple[str, ...] = tuple(c.name for c in make_table().columns)
 """The column names, in table order; a table missing one of them is rejected at start-up."""
-"""The batch items table's column names, in table order."""

@@ -23,6 +23,7 @@ from .. import _faultpoints
 from ..dialects import PickedRow, db_now, db_now_plus
 from ..dialects.types import to_utc
 from ..logfields import engine_log
+from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
@@ -235,6 +236,16 @@ class Store(StoreBase):
         Sleeping nodes are notified when a new due time comes within ``notify_within``.
         """
         return finish_batch(self, node_id, make_writes, notify_within, on_replaced)
+
+    def whole_row(self, picked: PickedRow) -> dict[str, Any]:
+        """Every column of a row just picked (a pick returns only those running it takes);
+        ``picked``'s own values for the columns it has (and ``None`` for the others if the
+        row is gone)."""
+        with self.read() as conn:
+            found = conn.execute(
+                sa.select(self.table).where(self.table.c.id == picked["id"])
+            ).mappings().first()
+        return {**dict.fromkeys(COLUMNS), **(found or {}), **picked}
 
     def record_lost(self, node_id: str, id_: int, token: int, attempt: int, error: str,
                     run: RunRecord | None = None) -> bool:

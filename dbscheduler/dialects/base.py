@@ -34,6 +34,7 @@ from .common import (
     insert_if_absent_statement,
     pick_binds,
     pick_params,
+    picked_columns,
     row_dicts,
     seconds_param,
 )
@@ -304,9 +305,8 @@ class Dialect(StatementCache):
         """:meth:`pick_statement` with parameters ``p_lease``, ``p_node``, ``p_claim``, built
         once (building it cost more than running it on SQLite)."""
         def build() -> Any:
-            stmt: Any = self.pick_statement(table, where=where, limit=limit,
-                                            **pick_binds(table))
-            return stmt.returning(*table.c) if self.returning_update else stmt
+            stmt: Any = self.pick_statement(table, where=where, limit=limit, **pick_binds(table))
+            return stmt.returning(*picked_columns(table)) if self.returning_update else stmt
 
         return self.built("pick", (table, where), build, limit)
 
@@ -316,7 +316,7 @@ class Dialect(StatementCache):
         """The rows a pick stamped with ``claim`` and still held by ``node_id``."""
         t, b = table, sa.bindparam
         stmt = self.built("claimed", (table,), lambda: (
-            sa.select(t)
+            sa.select(*picked_columns(t))
             .where(t.c.claim == b("c_claim", type_=t.c.claim.type),
                    t.c.locked_by == b("c_node", type_=t.c.locked_by.type))
             .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)

@@ -50,6 +50,7 @@ from .base import (
     insert_if_absent_statement,
     row_dicts,
 )
+from .common import picked_columns
 
 PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
@@ -230,7 +231,7 @@ def pick_statement(
             last_started_at=db_now(),
             stop_requested=False,
         )
-        .returning(*due.c)
+        .returning(*picked_columns(due))
     )
 
 

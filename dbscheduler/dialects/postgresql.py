@@ -34,7 +34,7 @@ from .base import (
     driver_error,
     row_dicts,
 )
-from .common import pick_binds, pick_limit, pick_params
+from .common import pick_binds, pick_limit, pick_params, picked_columns
 from .pg_arrays import array_literal
 from .types import FalseDefault
 
@@ -232,7 +232,7 @@ class PostgreSQLDialect(Dialect):
             .where(t.c.id == sa.any_(sa.func.array(due.scalar_subquery())))
             .ordered_values(*values)
             .returning(
-                *t.c,
+                *picked_columns(t),
                 # The statement's snapshot still shows picked rows at their old (past) due
                 # times, so "> now" leaves exactly the rows due later: the poller's next
                 # wake-up, without another round trip.

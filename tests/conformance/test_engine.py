@@ -184,8 +184,8 @@ def test_lost_execution_is_reported_and_recovered(
     with engine.begin() as conn:  # a node "ghost" picked it and vanished; its lease has expired
         conn.execute(sa.text(
             f"UPDATE {table} SET locked_by = 'ghost', attempt = 1, total_attempt = 7, "
-            "next_process_at = created_at, last_started_at = created_at "
-            "WHERE queue_name = 'orphan'"
+            "next_process_at = created_at, last_started_at = created_at, "
+            "last_error = 'an earlier failure' WHERE queue_name = 'orphan'"
         ))
     engine.dispose()
     t = make()
@@ -199,6 +199,8 @@ def test_lost_execution_is_reported_and_recovered(
     t.start()
     wait_until(lambda: lost and ran, what="lost reported and task run")
     assert lost[0].locked_by == "ghost" and lost[0].name == "orphan"
+    # The whole row, although a pick returns only what running it takes.
+    assert lost[0].last_error == "an earlier failure"
     # Token 8 is the recovering pick; when the lost slot's next grid point (created_at + 1 s)
     # was still ahead, that pick put the row back to it and pick 9 ran it.
     assert ran[0].total_attempt in (8, 9)

@@ -216,15 +216,16 @@ def test_pick_heartbeat_and_finish_are_fenced(stores: Callable[[], Store]) -> No
     a.register([_due_now("fenced")])
     now = a.db_now()
     (ra,) = a.pick("A", 4, LEASE, ["fenced"]).rows
-    assert ra["locked_by"] == "A" and ra["prev_locked_by"] is None
+    assert ra["prev_locked_by"] is None
     assert ra["attempt"] == 1 and ra["total_attempt"] == 1
     started = _aware_utc(ra["last_started_at"])
     assert abs(started - now) < SLACK, "the start is the database clock, in UTC"
-    assert abs(_aware_utc(ra["next_process_at"]) - (started + LEASE)) < timedelta(seconds=1)
-    assert abs(_aware_utc(ra["heartbeat_at"]) - started) < timedelta(seconds=1)
+    # What the pick wrote and does not return.
     stored = ops(a).info("fenced")
     assert (stored.locked_by, stored.total_attempt) == ("A", 1)
-    assert stored.last_started_at == started and stored.next_process_at == ra["next_process_at"]
+    assert stored.last_started_at == started
+    assert abs(_aware_utc(stored.next_process_at) - (started + LEASE)) < timedelta(seconds=1)
+    assert abs(_aware_utc(stored.heartbeat_at) - started) < timedelta(seconds=1)
 
     alive, stop = a.heartbeat("A", LEASE, {ra["id"]: 1})
     assert (alive, stop) == ({ra["id"]}, set())

@@ -42,6 +42,7 @@ from dbscheduler.client import Client
 from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.dialects import dialect_for, prepare_engine
 from dbscheduler.dialects.base import db_now, db_now_plus
+from dbscheduler.dialects.common import PICKED
 from dbscheduler.dialects.mssql import IN_LIST_LIMIT as MSSQL_IN_LIST_LIMIT
 from dbscheduler.dialects.oracle import IN_LIST_LIMIT as ORACLE_IN_LIST_LIMIT
 from dbscheduler.migrate import offline_sql
@@ -313,8 +314,10 @@ def oracle(request: pytest.FixtureRequest) -> Iterator[Rig]:
 
 
 # -- canned rows ----------------------------------------------------------------------------
-def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
-    """A full table row in column order, as the driver returns it (naive UTC timestamps)."""
+def row(name: str = NAMES[0], columns: Sequence[str] = COLUMNS, **values: Any
+        ) -> tuple[Any, ...]:
+    """A table row's ``columns`` (all, in table order, by default), as the driver returns them
+    (naive UTC timestamps)."""
     base: dict[str, Any] = {
         "id": 7, "queue_name": name, "payload": '{"n": 1}', "created_at": NOW,
         "next_process_at": NOW, "attempt": 0, "reenqueue_attempt": 4, "total_attempt": 11,
@@ -327,7 +330,7 @@ def row(name: str = NAMES[0], **values: Any) -> tuple[Any, ...]:
         "trigger_link": None,
     }
     base.update(values)
-    return tuple(base[c] for c in COLUMNS)
+    return tuple(base[c] for c in columns)
 
 
 def _default_replies(db: FakeDB, backend: str) -> None:
@@ -653,9 +656,8 @@ def test_another_integrity_error_on_registration_is_not_swallowed(rig: Rig) -> N
 def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> None:
     started = NOW + timedelta(microseconds=5)
     mssql.db.on(r"^WITH dbscheduler_due AS", Reply(
-        list(COLUMNS),
-        [row(attempt=1, total_attempt=12, locked_by=NODE, next_process_at=NOW + LEASE,
-             heartbeat_at=started, last_started_at=started, claim="c" * 32,
+        list(PICKED),
+        [row(columns=PICKED, attempt=1, total_attempt=12, last_started_at=started,
              prev_locked_by=OTHER_NODE, prev_next_process_at=NOW - timedelta(seconds=40),
              prev_last_started_at=NOW - timedelta(seconds=41))],
     ))
@@ -688,17 +690,16 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
                        "prev_next_process_at=dbscheduler_due.next_process_at",
                        "prev_last_started_at=dbscheduler_due.last_started_at"):
         assert assignment in sql, assignment
-    assert "OUTPUT inserted.id, inserted.queue_name, inserted.payload," in sql
-    assert sql.endswith(", ".join(f"inserted.{c}" for c in COLUMNS[-6:])), sql
+    # Only the columns running the row takes come back.
+    assert sql.endswith("OUTPUT " + ", ".join(f"inserted.{c}" for c in PICKED)), sql
     assert NODE in _param_values(call) and 30.25 in _param_values(call)
-    # Result: every column, processed (aware UTC, bool), with the previous values.
-    assert set(picked) == set(COLUMNS)
-    assert picked["locked_by"] == NODE and picked["total_attempt"] == 12
+    # Result: those columns, processed (aware UTC), with the previous values.
+    assert set(picked) == set(PICKED)
+    assert picked["total_attempt"] == 12
     assert picked["last_started_at"] == started.replace(tzinfo=timezone.utc)
     assert picked["prev_locked_by"] == OTHER_NODE
     assert picked["prev_next_process_at"] == (NOW - timedelta(seconds=40)).replace(
         tzinfo=timezone.utc)
-    assert picked["paused"] is False
 
 
 def test_mssql_pick_respects_the_handler_filter_inside_the_locked_read(mssql: Rig) -> None:
