@@ -35,6 +35,9 @@ SHARED_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PRIVATE_PG_PORT = 55432
 MARIADB_ADMIN_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 PREFIX = "dbsbench_"
+SETTLE_DIRTY_PAGES = 100
+"""MariaDB counts as settled with fewer dirty InnoDB pages than this."""
+SETTLE_MAX_SECONDS = 30.0
 
 _children: set[Node] = set()
 _lock = threading.Lock()
@@ -342,6 +345,42 @@ class Databases:
         except Exception:
             out["mariadb"] = "unavailable"
         return out
+
+    def settle(self) -> dict[str, float]:
+        """Write out what the earlier workloads left in the servers' memory, so that no
+        workload pays for the writes of the one before it (in one full run, a checkpoint of
+        the earlier workloads' writes ran through a whole burst workload): a ``CHECKPOINT``
+        on PostgreSQL; on MariaDB, ``innodb_max_dirty_pages_pct`` 0 until InnoDB has flushed
+        its dirty pages (idle, it keeps thousands for the next workload to write), at most
+        :data:`SETTLE_MAX_SECONDS`, then the setting as it was. Returns the seconds each
+        took. Every system gets it before every workload."""
+        took: dict[str, float] = {}
+        began = time.time()
+        try:
+            with self._pg.connect() as conn:
+                conn.exec_driver_sql("CHECKPOINT")
+            took["postgresql"] = time.time() - began
+        except sa.exc.DBAPIError as exc:
+            log(f"no CHECKPOINT before the workload: {exc}")
+        if self._my is None:
+            self._my = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT",
+                                        poolclass=sa.NullPool)
+        began = time.time()
+        with suppress(sa.exc.DBAPIError):  # no MariaDB here: nothing to wait for
+            with self._my.connect() as conn:
+                was = conn.exec_driver_sql("SELECT @@GLOBAL.innodb_max_dirty_pages_pct").scalar()
+                conn.exec_driver_sql("SET GLOBAL innodb_max_dirty_pages_pct = 0")
+                try:
+                    while time.time() - began < SETTLE_MAX_SECONDS:
+                        dirty = conn.exec_driver_sql(
+                            "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'").one()[1]
+                        if int(dirty) < SETTLE_DIRTY_PAGES:
+                            break
+                        time.sleep(0.2)
+                finally:
+                    conn.exec_driver_sql(f"SET GLOBAL innodb_max_dirty_pages_pct = {float(was)}")
+            took["mariadb"] = time.time() - began
+        return took
 
     def drop_all(self) -> None:
         """Drop everything the run created (retried: other test suites may restart servers)."""

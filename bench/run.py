@@ -128,6 +128,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def cpu_reference() -> float:
+    """Milliseconds of one fixed piece of pure-Python work (median of seven): how fast this
+    machine ran the interpreter at that moment. The VM's speed varies between hours by a
+    factor of two or more; runs of different hours compare only through this figure."""
+    times = []
+    for _ in range(7):
+        began = time.perf_counter()
+        sum(i * i for i in range(300_000))
+        times.append((time.perf_counter() - began) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
 def machine() -> dict[str, Any]:
     cpu = "?"
     try:
@@ -158,6 +170,10 @@ def run_system(ctx: Context, system: System, settings: Settings,
     out: dict[str, Any] = {"label": system.label, "note": system.note}
 
     def guarded(name: str, fn: Callable[[], Any]) -> None:
+        settled = ctx.dbs.settle()
+        log(f"  {system.key} {name}: servers settled first ("
+            + ", ".join(f"{db} {s:.1f} s" for db, s in settled.items()) + ")")
+        out.setdefault("settle_seconds", {})[name] = settled
         began = time.time()
         try:
             out[name] = fn()
@@ -238,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         log("no local PostgreSQL binaries: using the shared server")
         private = None
     results: dict[str, dict[str, Any]] = {}
+    reference = [cpu_reference()]
     started = time.time()
     dbs: Databases | None = None
     try:
@@ -256,13 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         if private is not None:
             private.remove()
     elapsed = time.time() - started
+    reference.append(cpu_reference())
     md = table(results, settings)
     notes = [f"- {r['label']}: {r['note']}" for r in results.values() if r.get("note")]
     mode = "quick" if args.quick else "full"
-    info = machine()
+    info = {**machine(), "cpu_reference_ms": reference}
     print(f"\n### dbscheduler benchmark ({mode}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{info['cores']} cores {info['cpu']}, PostgreSQL {versions.get('postgresql')}, "
-          f"MariaDB {versions.get('mariadb')}; {elapsed:.0f} s)\n")
+          f"MariaDB {versions.get('mariadb')}; {elapsed:.0f} s; CPU reference "
+          f"{reference[0]:.0f} ms at the start, {reference[1]:.0f} ms at the end)\n")
     print(md)
     if any("skipped" in (r.get("soak") or {}) for r in results.values()):
         notes.append(f"- The soak runs on {SYSTEMS[SOAK_SYSTEM].label} only.")
