@@ -1,0 +1,97 @@
+"""``python -m bench.burst_picks``: how a node drains a burst, pick by pick.
+
+One in-process node (32 workers) with ``--tasks`` no-op tasks, every one made due at one
+instant, ``--rounds`` times; for each burst: the start lag, how many picks drained it and how
+many rows each took (a listener's ``on_pick``), and the wall and thread CPU time of each pick.
+Where :mod:`bench.burst` says how long a burst takes, this says how the time was spent::
+
+    python -m bench.burst_picks [--url URL] [--tasks 1000] [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.infra import SHARED_PG_URL
+from dbscheduler import FixedRate, Listener, Scheduler
+from dbscheduler.migrate import upgrade
+from dbscheduler.table import make_table
+
+TABLE = "bench_burst_picks"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.burst_picks",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=SHARED_PG_URL, help="database URL (a table "
+                        f"{TABLE} is created there and dropped at the end)")
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=32)
+    args = parser.parse_args(argv)
+    engine = sa.create_engine(args.url)
+    upgrade(engine, TABLE)
+    picks: list[tuple[float, int]] = []
+    starts: list[float] = []
+    timings: list[tuple[float, float]] = []
+
+    class Picks(Listener):
+        def on_pick(self, asked: int, got: int) -> None:
+            picks.append((time.time(), got))
+
+    node = Scheduler(args.url, table=TABLE, node_id="burst", max_workers=args.workers,
+                     lease=timedelta(seconds=30))
+    node.add_listener(Picks())
+    for i in range(args.tasks):
+        node.add(f"b{i}", lambda ctx: starts.append(time.time()), schedule=FixedRate(3600))
+    node.start()
+    store: Any = node._store
+    pick = store.pick
+
+    def timed_pick(*a: Any, **kw: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return pick(*a, **kw)
+        finally:
+            timings.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+    store.pick = timed_pick
+    table = make_table(TABLE)
+    try:
+        time.sleep(1.0)
+        for r in range(args.rounds):
+            picks.clear(), starts.clear(), timings.clear()
+            t0 = time.time() + 0.5
+            with engine.begin() as conn:
+                conn.execute(sa.update(table).where(table.c.locked_by.is_(None)).values(
+                    next_process_at=datetime.fromtimestamp(t0, timezone.utc)))
+            node._wakeup.set()
+            while len(starts) < args.tasks and time.time() < t0 + 30:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            lags = sorted((s - t0) * 1000 for s in starts)
+            sizes = [got for at, got in picks if at >= t0 - 0.01]
+            print(f"burst {r + 1}: {len(lags)}/{args.tasks} started, lag p50 "
+                  f"{lags[len(lags) // 2]:.0f} ms, p99 {lags[int(len(lags) * 0.99) - 1]:.0f} ms; "
+                  f"{len(sizes)} picks; pick wall p50 "
+                  f"{statistics.median(w for w, _ in timings) * 1000:.1f} ms, thread CPU p50 "
+                  f"{statistics.median(c for _, c in timings) * 1000:.1f} ms")
+            print(f"  rows per pick: {' '.join(map(str, sizes))}")
+            time.sleep(1.0)
+    finally:
+        node.shutdown(timeout=5)
+        with engine.begin() as conn:
+            for name in (f"{TABLE}_runs", f"{TABLE}_groups", f"{TABLE}_items", TABLE,
+                         f"{TABLE}_version"):
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
