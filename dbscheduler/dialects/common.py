@@ -34,8 +34,8 @@ PICKED: tuple[str, ...] = (
 )
 """The columns a pick returns: what running a picked row takes. The others (a last error of
 up to 2,000 characters, timestamps nothing reads there) cost every picked row their transfer
-and conversion, a quarter of a busy poller's time; the rare execution that reports its whole
-row (a lost one) reads it."""
+and conversion, a quarter of the node's CPU for a pick; the rare execution that reports its
+whole row (a lost one) reads it."""
 
 
 def picked_columns(table: sa.FromClause) -> list[sa.ColumnElement[Any]]:
