@@ -137,8 +137,11 @@ def test_zombie_frozen_longer_than_its_lease(backend: str, chaos_runner: Runner,
 
 # -- 6. slow tasks, and a task that never returns ---------------------------------------------
 def slow_and_hung(env: Env) -> Report:
-    lease, rate, poll = 1.2, 0.4, 0.25
-    slow_work = 3.0  # 7.5 heartbeats (every lease / 3)
+    # A slow task must keep its lease through its heartbeats alone: with a 1.2 s lease one
+    # stall of the loaded machine longer than that (the whole suite in parallel, a slow hour)
+    # lost it without any fault. 2.4 s leaves room for that and still asks several.
+    lease, rate, poll = 2.4, 0.4, 0.25
+    slow_work = 3.0  # 3.75 heartbeats (every lease / 3)
     # The hanger's execution keeps its lease after shutdown until the process exits; then
     # the lease expires and another node takes the task.
     hang_lease, shutdown_timeout = 3.0, 1.0

@@ -45,7 +45,9 @@ def test_a_dead_man_limit_alerts_once_and_recovers_once(migrated: tuple[str, str
         s.pause("paused")
         wait_until(lambda: alerts.overdue, 10, "the dead-man alert")
         (info, late_by), = alerts.overdue
-        assert info.name == "flaky" and info.last_status == "error"
+        # No status yet when a slow machine had not ended its first run a second after its
+        # creation: no success within its limit all the same.
+        assert info.name == "flaky" and info.last_status in ("error", None)
         assert info.overdue and info.alerted_at is not None
         assert info.alert_after == timedelta(seconds=1)
         assert info.last_success_at is None and late_by >= timedelta(seconds=1)
