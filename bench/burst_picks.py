@@ -19,8 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.infra import SHARED_PG_URL
+from bench.stats import percentile
 from dbscheduler import FixedRate, Listener, Scheduler
-from dbscheduler.migrate import upgrade
+from dbscheduler.companion_tables import groups_table_name, items_table_name, runs_table_name
+from dbscheduler.migrate import upgrade, version_table_for
 from dbscheduler.table import make_table
 
 TABLE = "bench_burst_picks"
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             lags = sorted((s - t0) * 1000 for s in starts)
             sizes = [got for at, got in picks if at >= t0 - 0.01]
             print(f"burst {r + 1}: {len(lags)}/{args.tasks} started, lag p50 "
-                  f"{lags[len(lags) // 2]:.0f} ms, p99 {lags[int(len(lags) * 0.99) - 1]:.0f} ms; "
+                  f"{percentile(lags, 0.5):.0f} ms, p99 {percentile(lags, 0.99):.0f} ms; "
                   f"{len(sizes)} picks; pick wall p50 "
                   f"{statistics.median(w for w, _ in timings) * 1000:.1f} ms, thread CPU p50 "
                   f"{statistics.median(c for _, c in timings) * 1000:.1f} ms")
@@ -86,10 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
     finally:
         node.shutdown(timeout=5)
-        with engine.begin() as conn:
-            for name in (f"{TABLE}_runs", f"{TABLE}_groups", f"{TABLE}_items", TABLE,
-                         f"{TABLE}_version"):
-                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+        for name in (runs_table_name(TABLE), groups_table_name(TABLE),
+                     items_table_name(TABLE), TABLE, version_table_for(TABLE)):
+            sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     return 0
 
 
