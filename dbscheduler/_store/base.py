@@ -23,7 +23,7 @@ from ..companion_tables import (
     make_items_table,
     make_runs_table,
 )
-from ..dialects import Dialect, autocommits, db_now, dialect_for
+from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
 from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
 from ..logfields import engine_log
@@ -78,6 +78,9 @@ class StoreBase:
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
+        self.statements_commit = commits_each_statement(engine)
+        """Each statement in :meth:`autocommit` commits as it returns (otherwise the block's
+        statements commit together at its end)."""
         name = split_table_name(table)[1]
         self.channel = f"dbscheduler_{name}"[:63]
 

@@ -92,14 +92,28 @@ def finish_batch(
     notify = store.dialect.supports_notify and any(
         w.next_at <= now + notify_within for w in writes
     )
+    # Each statement that confirms its writes adds them here at once: a transient error later
+    # in the batch (a deadlock of its last statement) retries only what did not land yet.
+    # Written again, a landed one would be refused by its own fence, and only a read-back
+    # could tell, which guesses wrong once the row has moved on (picked and finished again).
+    landed: set[int] = set()
+
+    def attempt() -> None:
+        # Where the statements commit together, an error rolls back what they confirmed.
+        confirmed = landed if store.statements_commit else set()
+        rest = [w for w in writes if w.id not in landed]
+        if rest:
+            _write(store, node_id, rest, notify, confirmed)
+        landed.update(confirmed)
+
     try:
-        landed = store.retrying("finish", lambda: _write(store, node_id, writes, notify))
+        store.retrying("finish", attempt)
     except Exception as exc:
         if not refused(store, exc):
             raise
         log.warning("finish: the database refused a write of the batch (%s); writing the "
                     "%d execution(s) one by one", _reason(exc), len(writes))
-        writes, landed = _one_by_one(store, node_id, writes, notify, on_replaced)
+        writes, landed = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
     unsure = [w for w in writes if w.id not in landed]
     stale = _not_landed(store, unsure) if unsure else []
     first = [w.run for w in stale if w.run is not None]
@@ -116,13 +130,16 @@ def _one_by_one(
     writes: list[FinishWrite],
     notify: bool,
     on_replaced: Callable[[FinishWrite], None] | None,
+    landed: set[int],
 ) -> tuple[list[FinishWrite], set[int]]:
-    """Each write alone; a refused one becomes an error finish saying why."""
+    """Each write not in ``landed`` alone; a refused one becomes an error finish saying why."""
     done: list[FinishWrite] = []
-    landed: set[int] = set()
     for w in writes:
+        if w.id in landed:
+            done.append(w)
+            continue
         try:
-            landed |= _write(store, node_id, [w], notify)
+            _write(store, node_id, [w], notify, landed)
         except Exception as exc:
             if not refused(store, exc):
                 raise
@@ -130,7 +147,7 @@ def _one_by_one(
             log.error("finish of row %d (token %d) refused by the database: %s; recorded as "
                       "an error", w.id, w.token, reason)
             w = dataclasses.replace(w, status="error", error=reason, payload=UNSET)
-            landed |= _write(store, node_id, [w], notify)
+            _write(store, node_id, [w], notify, landed)
             if on_replaced is not None:
                 on_replaced(w)
         done.append(w)
@@ -156,17 +173,21 @@ def _reason(exc: BaseException) -> str:
     return f"{type(orig or exc).__name__}: {orig or exc}"[:MAX_ERROR_LENGTH]
 
 
-def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bool) -> set[int]:
-    """Write ``writes`` in autocommit; returns the ids known to have landed."""
+def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bool,
+           landed: set[int]) -> None:
+    """Write ``writes`` in autocommit; adds to ``landed`` the ids known to have landed, as
+    each statement confirms them."""
     deletes = [w for w in writes if w.delete]
     if deletes:
-        gone = _delete_done(store, node_id, deletes)
+        _delete_done(store, node_id, deletes, landed)
         rest = [w for w in writes if not w.delete]
-        return gone | (_write(store, node_id, rest, notify) if rest else set())
+        if rest:
+            _write(store, node_id, rest, notify, landed)
+        return
     with store.autocommit() as conn:
         if store.dialect.update_from_values:
-            return write_values(store, conn, node_id, writes, notify)
-        landed: set[int] = set()
+            landed |= write_values(store, conn, node_id, writes, notify)
+            return
         if store.dialect.joined_finish and len(writes) > 1:
             alone: list[FinishWrite] = []
             most = store.dialect.joined_max
@@ -189,14 +210,14 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
             _faultpoints.reached("finish")
             if count == 1:
                 landed.add(w.id)
-        return landed
 
 
-def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> set[int]:
+def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite],
+                 landed: set[int]) -> None:
     """Delete the rows of finished one-off jobs: one fenced statement each, so a job another
-    node took over meanwhile is never deleted under it (its run stays in the history)."""
+    node took over meanwhile is never deleted under it (its run stays in the history).
+    Adds to ``landed`` the ids of the writes that landed."""
     t = store.table
-    landed: set[int] = set()
     with store.autocommit() as conn:
         for w in writes:
             fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
@@ -224,7 +245,6 @@ def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite]) -> s
             _faultpoints.reached("finish")
             if count == 1:
                 landed.add(w.id)
-    return landed
 
 
 def _log_first(store: Store, conn: Connection, node_id: str, w: FinishWrite) -> None:

@@ -187,6 +187,14 @@ def autocommits(engine: Engine) -> bool:
     return engine in _autocommit
 
 
+def commits_each_statement(engine: Engine) -> bool:
+    """Whether a connection of ``engine`` in the dialect's ``autocommit_options`` commits every
+    statement on its own: always on a server (its autocommit mode); on SQLite only once
+    :func:`prepare_engine` has taken its transactions over (pysqlite's own implicit
+    transaction otherwise lasts until the connection commits)."""
+    return engine in _prepared or not dialect_for(engine).embedded
+
+
 def prepare_engine(engine: Engine) -> Dialect:
     """The backend for ``engine``, its per-connection set-up attached once per engine (a
     Scheduler and its Client share one engine)."""

@@ -11,9 +11,11 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
+from dbscheduler import _faultpoints
 from dbscheduler._store import FinishWrite, Store
 from dbscheduler._store.batches import ARRIVED, read_items, remove_delivered
 from dbscheduler.batches import drop, push
+from dbscheduler.dialects import create_engine
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 
@@ -129,3 +131,78 @@ def test_once_starts_a_new_batch_on_a_row_that_outlived_its_items(store: Store) 
     push(store, "k", 3, handler="digest", ontime=early, update="once")  # joins it
     with store.read() as conn:
         assert conn.execute(sa.select(t.c.next_process_at)).scalar_one() == later
+
+
+class _Deadlock(Exception):
+    """Stands in for the driver's deadlock error: the dialect is told it is transient."""
+
+
+@pytest.fixture
+def node_store(migrated: tuple[str, str]) -> Iterator[Store]:
+    """A store on an engine as a node makes it: every statement commits on its own."""
+    url, table = migrated
+    engine = create_engine(url, lease=LEASE)
+    yield Store(engine, table)
+    engine.dispose()
+
+
+def test_a_finish_retried_after_a_transient_error_writes_only_what_had_not_landed(
+    node_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = node_store
+    # Two deliveries finish in one batch, each key its own statements. The first key's write
+    # lands (kept: an item came meanwhile), its row is picked and finished again by other
+    # nodes, then the batch meets a deadlock and is retried. Written again, the first write
+    # would be refused by its own fence and, read back against a row two tokens on, counted
+    # as never landed: its listeners told "nothing written" and, where the run row goes
+    # before the finish (all but PostgreSQL), that run row deleted again.
+    push(store, "k", 1, handler="digest")
+    push(store, "j", 1, handler="digest")
+    rows = sorted((dict(r) for r in store.pick(NODE, 5, LEASE, ["digest"]).rows),
+                  key=lambda r: str(r["queue_name"]))
+    assert [r["queue_name"] for r in rows] == ["digest/j", "digest/k"]
+    j, k = rows
+    push(store, "k", 2, handler="digest")  # during the delivery: the key stays
+    for row in rows:
+        ids = [i for i, _ in read_items(store, str(row["queue_name"]), row["last_started_at"])]  # type: ignore[arg-type]
+        remove_delivered(store, str(row["queue_name"]), int(row["total_attempt"]), NODE,  # type: ignore[call-overload]
+                         row["last_started_at"], ids)  # type: ignore[arg-type]
+    t = store.table
+    real_transient, real_reached = store.dialect.is_transient, _faultpoints.reached
+    monkeypatch.setattr(store.dialect, "is_transient",
+                        lambda exc: isinstance(exc.orig, _Deadlock) or real_transient(exc))
+    finishes: list[str] = []
+    deadlock = []
+
+    def reached(point: str) -> None:
+        real_reached(point)
+        if point == "finish":
+            finishes.append(point)
+        if len(finishes) == 1 and not deadlock:
+            # The first key's write landed: other nodes move its row on, and the next
+            # statement of the batch meets a deadlock.
+            with store.autocommit() as conn:
+                conn.execute(sa.update(t).where(t.c.id == k["id"]).values(
+                    locked_by="node-b", total_attempt=t.c.total_attempt + 2))
+            deadlock.append("armed")
+
+    def statement(*_: object) -> None:
+        if deadlock == ["armed"]:
+            deadlock.append("raised")
+            raise sa.exc.OperationalError("DELETE …", None, _Deadlock("deadlock"))
+
+    sa.event.listen(store.engine, "before_cursor_execute", statement)
+    monkeypatch.setattr(_faultpoints, "reached", reached)
+    now = store.db_now()
+    _, refused = store.finish(NODE, lambda _: [FinishWrite(
+        int(r["id"]), int(r["total_attempt"]), "success", now, 0, now,  # type: ignore[call-overload]
+        delete=True, keyed=True) for r in (k, j)])
+    sa.event.remove(store.engine, "before_cursor_execute", statement)
+    assert deadlock == ["armed", "raised"]
+    assert refused == [], "the write that landed before the deadlock is known to have landed"
+    assert len(finishes) == 2, "the retry wrote only the second key"
+    with store.read() as conn:
+        left = {r.queue_name: r for r in conn.execute(sa.select(t))}
+    assert set(left) == {"digest/k"}, "the second key's finish landed on the retry"
+    assert (left["digest/k"].locked_by, left["digest/k"].total_attempt) == (
+        "node-b", int(k["total_attempt"]) + 2), "the retry left the moved-on row alone"
