@@ -121,8 +121,19 @@ class PostgreSQLDialect(Dialect):
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> None:
-        stmt = pg_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
-        conn.execute(stmt, list(rows))
+        # The rows as one array per column, unnested by the server (as the batch finish
+        # does): an executemany bound every value of every row in Python, 1 s of CPU for
+        # the 10,000 rows of a first start.
+        if not rows:
+            return
+        names = list(rows[0])
+        columns = [sa.column(n, table.c[n].type) for n in names]
+        source, params = self.batch_rows("r", columns, [[r[n] for n in names] for r in rows])
+        stmt = (
+            pg_insert(table).from_select(names, sa.select(*source.c))
+            .on_conflict_do_nothing(index_elements=["queue_name"])
+        )
+        conn.execute(stmt, params)
 
     def push_statement(
         self,
