@@ -113,7 +113,7 @@ def finish_batch(
             raise
         log.warning("finish: the database refused a write of the batch (%s); writing the "
                     "%d execution(s) one by one", _reason(exc), len(writes))
-        writes, landed = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
+        writes = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
     unsure = [w for w in writes if w.id not in landed]
     stale = _not_landed(store, unsure) if unsure else []
     first = [w.run for w in stale if w.run is not None]
@@ -131,8 +131,9 @@ def _one_by_one(
     notify: bool,
     on_replaced: Callable[[FinishWrite], None] | None,
     landed: set[int],
-) -> tuple[list[FinishWrite], set[int]]:
-    """Each write not in ``landed`` alone; a refused one becomes an error finish saying why."""
+) -> list[FinishWrite]:
+    """Each write not in ``landed`` alone (adding to it those that land); a refused one
+    becomes an error finish saying why. Returns the writes as written."""
     done: list[FinishWrite] = []
     for w in writes:
         if w.id in landed:
@@ -151,7 +152,7 @@ def _one_by_one(
             if on_replaced is not None:
                 on_replaced(w)
         done.append(w)
-    return done, landed
+    return done
 
 
 def refused(store: Store, exc: BaseException) -> bool:
