@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Scheduler
-from tests.databases import drop_table, find, required, unique_table
+from tests.databases import begin_run, drop_table, end_run, find, required, unique_table
 from tests.servers_lock import servers_lock
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -32,11 +32,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run the long fault-injection suite (>= 10 minutes)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller (or the only process, without xdist) owns the run's private servers:
+    # its workers inherit where they live, and it removes them once every worker is done.
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        begin_run()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        end_run()
+
+
 @pytest.fixture(autouse=True)
 def _servers_lock(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under pytest-xdist, a test that restarts the database servers runs while no other
-    worker runs a test (see tests/servers_lock.py)."""
+    """Under pytest-xdist, a test that restarts the run's private database servers runs while
+    no other worker runs a test (see tests/servers_lock.py)."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         yield
         return

@@ -2,29 +2,44 @@
 
 A backend's server is found in this order:
 
-1. an environment URL (``DBSCHEDULER_TEST_<BACKEND>_URL``);
-2. the local service on its standard port;
+1. an environment URL (``DBSCHEDULER_TEST_<BACKEND>_URL``): used as it is, never restarted;
+2. PostgreSQL and MariaDB: a private server this run starts from the installed binaries
+   (:mod:`tests.servers`), shared by the run's xdist workers and removed at its end; the
+   machine's own servers are never used. SQL Server and Oracle: the local service on its
+   standard port;
 3. a testcontainers container, when a Docker engine answers;
-4. otherwise a skip with the reason — or a failure, for backends named in
-   ``DBSCHEDULER_REQUIRE_DATABASES`` (CI sets ``postgresql,mysql``).
+4. otherwise a skip with the reason and the command that installs the server — or a failure,
+   for backends named in ``DBSCHEDULER_REQUIRE_DATABASES`` (CI sets ``postgresql,mysql``).
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
+import json
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import sqlalchemy as sa
 
 from dbscheduler.companion_tables import groups_table_name
+from tests.servers import (
+    INSTALL,
+    PrivateMariaDB,
+    PrivatePostgres,
+    PrivateServer,
+    Unavailable,
+    kill_all_in,
+    start_watchdog,
+)
 
 LOCAL = {
-    "postgresql": ("127.0.0.1", 5432, "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-    "mysql": ("127.0.0.1", 3306, "mysql+pymysql://root@127.0.0.1:3306/test"),
     "mssql": (
         "127.0.0.1",
         1433,
@@ -45,10 +60,23 @@ IMAGES = {
 }
 
 
+PRIVATE: dict[str, type[PrivateServer]] = {"postgresql": PrivatePostgres,
+                                          "mysql": PrivateMariaDB}
+# As the servers ship, but without waiting for the disk at each commit: the data is thrown
+# away at the end of the run, and the tests' many CREATE TABLEs would wait for it.
+TEST_SETTINGS = {"postgresql": {"fsync": "off"},
+                 "mysql": {"innodb-flush-log-at-trx-commit": "2"}}
+RUN = "DBSCHEDULER_TEST_SERVERS"
+"""``<owner pid> <directory>``: where this run keeps its private servers (set by
+:func:`begin_run` in the process that owns the run, inherited by xdist workers)."""
+
+
 @dataclass(frozen=True)
 class Found:
     url: str | None
     reason: str
+    server: PrivateServer | None = None
+    """The private server behind ``url``: the only kind a test may restart or kill."""
 
 
 def required() -> set[str]:
@@ -116,6 +144,62 @@ def _container(backend: str) -> str:
     return str(ora.get_connection_url())
 
 
+# -- the run's private servers ------------------------------------------------------------------
+def begin_run() -> None:
+    """Make this process the owner of the run's private servers (none is started yet: the
+    first test that needs one starts it). Nested runs reuse their parent's."""
+    if os.environ.get(RUN):
+        return
+    directory = tempfile.mkdtemp(prefix="dbscheduler-tests-")
+    os.chmod(directory, 0o755)  # the servers' own users walk into it
+    os.environ[RUN] = f"{os.getpid()} {directory}"
+
+
+def end_run() -> None:
+    """Stop and delete the run's private servers, when this process owns them."""
+    owner, directory = _run()
+    if owner != os.getpid():
+        return
+    kill_all_in(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    del os.environ[RUN]
+
+
+def _run() -> tuple[int, Path]:
+    if not os.environ.get(RUN):
+        begin_run()  # not under pytest (a script importing this module): its own servers
+        atexit.register(end_run)
+    owner, directory = os.environ[RUN].split(" ", 1)
+    return int(owner), Path(directory)
+
+
+def private_server(backend: str) -> Found:
+    """This run's private server for ``backend``: the first process to ask starts it (holding
+    a lock in the run's directory), the others find it there."""
+    owner, directory = _run()
+    state_file = directory / f"{backend}.json"
+    with open(directory / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+        else:
+            if not (directory / "watchdog").exists():
+                start_watchdog(directory, owner)
+                (directory / "watchdog").touch()
+            server = PRIVATE[backend](directory / backend, TEST_SETTINGS[backend])
+            try:
+                server.create()
+                state = server.state()
+            except Unavailable as exc:
+                server.kill()
+                state = {"error": str(exc)}
+            state_file.write_text(json.dumps(state))
+    if "error" in state:
+        return Found(None, f"no private {backend} server: {state['error']}")
+    server = PrivateServer.from_state(state)
+    return Found(server.url, f"private server ({server!r})", server)
+
+
 @cache
 def find(backend: str) -> Found:
     """Where the tests reach ``backend`` (cached for the session)."""
@@ -126,6 +210,17 @@ def find(backend: str) -> Found:
         if problem is None:
             return Found(url, f"{env}")
         return Found(None, f"{env}={url} does not answer: {problem}")
+    if backend in PRIVATE:
+        if PRIVATE[backend].binaries() is not None:
+            return private_server(backend)
+        missing = (f"the {PRIVATE[backend].label} server binaries are not installed "
+                   f"(install them with: {INSTALL}), and {env} is not set")
+        if _docker_answers():
+            try:
+                return Found(_container(backend), "testcontainers")
+            except Exception as exc:
+                return Found(None, f"{missing}; testcontainers failed: {exc}")
+        return Found(None, f"{missing}; no Docker engine answers for testcontainers either")
     host, port, url = LOCAL[backend]
     if _port_open(host, port):
         problem = _works(url)

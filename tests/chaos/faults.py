@@ -1,30 +1,27 @@
 """Faults the database side injects: cutting every scheduler connection, restarting the server,
 and a TCP proxy that can cut, refuse or black-hole the traffic of the nodes behind it.
 
-Only servers on 127.0.0.1 are touched. Restarts always end with the server answering again
-(``finally``): other tests use the same servers at the same time.
+Only the run's private servers are restarted (see tests/servers.py), never one given by URL.
+Restarts always end with the server answering again (``finally``): the run's other tests use
+the same servers.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import select
-import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-LOCAL_HOSTS = ("127.0.0.1", "localhost")
+from tests.servers import PrivateServer
 
 
 def _answers(url: str) -> bool:
@@ -55,6 +52,8 @@ class Server:
 
     backend: str
     admin_url: str
+    private: PrivateServer | None = None
+    """The run's private server behind ``admin_url``; None for a server given by URL."""
     tag: str = field(default_factory=lambda: f"chaos_{uuid.uuid4().hex[:10]}")
     _user_created: bool = False
 
@@ -126,94 +125,27 @@ class Server:
 
     # -- restart ---------------------------------------------------------------------------
     def restart_unavailable(self) -> str | None:
-        """Why this server cannot be restarted from here, or None when it can."""
-        url = make_url(self.admin_url)
-        if url.host not in LOCAL_HOSTS:
-            return f"the {self.backend} server is not local ({url.host})"
-        if os.geteuid() != 0:
-            return "restarting the database needs root"
-        if self.backend == "postgresql":
-            if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
-                return "no pg_ctlcluster (Debian's postgresql-common) to restart PostgreSQL"
-            return None
-        if self.backend == "mysql":
-            if shutil.which("mysqladmin") is None or shutil.which("start-stop-daemon") is None:
-                return "no mysqladmin / start-stop-daemon to restart MariaDB"
-            if not Path("/usr/sbin/mariadbd").exists():
-                return "no /usr/sbin/mariadbd to start"
-            return None
-        return f"no restarts on {self.backend}"
+        """Why this server cannot be restarted from here, or None when it can: only a private
+        server this run started is ever restarted."""
+        if self.private is None:
+            return (f"the {self.backend} server was given to the suite (by "
+                    f"DBSCHEDULER_TEST_{self.backend.upper()}_URL or testcontainers), and the "
+                    "suite restarts only the private servers it starts itself")
+        return None
 
     def restart(self, hold: float = 0.0) -> float:
         """Stop the server, wait ``hold`` seconds, start it; returns the seconds it was down.
 
         Whatever happens, the server is started again before this returns.
         """
-        began = time.monotonic()
-        try:
-            if self.backend == "postgresql":
-                self._pg("stop", "-m", "fast")
-            else:
-                self._mariadb_stop()
-            time.sleep(hold)
-        finally:
-            self.ensure_running()
-        return time.monotonic() - began
+        assert self.private is not None, self.restart_unavailable()
+        return self.private.restart(hold)
 
     def ensure_running(self, timeout: float = 90) -> None:
-        if _answers(self.admin_url):
-            return
-        if self.backend == "postgresql":
-            with contextlib.suppress(subprocess.SubprocessError):
-                self._pg("start")
-        else:
-            self._mariadb_start()
+        if self.private is not None:
+            self.private.ensure_running()
         if not wait_until_answers(self.admin_url, timeout):
             raise RuntimeError(f"the {self.backend} server did not come back in {timeout} s")
-
-    def _pg(self, *args: str) -> None:
-        version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", *args],
-                       check=True, timeout=60, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def _mariadb_pid(self) -> int | None:
-        try:
-            return int(Path("/run/mysqld/mysqld.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _mariadb_stop(self) -> None:
-        pid = self._mariadb_pid()
-        url = make_url(self.admin_url)
-        subprocess.run(["mysqladmin", "-h", url.host or "127.0.0.1", "-P", str(url.port or 3306),
-                        "-u", url.username or "root", "shutdown"], timeout=60,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        # mysqladmin returns before the process is gone; starting meanwhile would be a no-op.
-        deadline = time.monotonic() + 60
-        while pid is not None and _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def _mariadb_start(self) -> None:
-        pid = self._mariadb_pid()
-        deadline = time.monotonic() + 60
-        while pid is not None and _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)  # still shutting down: a start now would see it and do nothing
-        subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
-                        "/usr/sbin/mariadbd"], timeout=60, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       start_new_session=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- a TCP proxy ------------------------------------------------------------------------------

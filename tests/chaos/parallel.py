@@ -96,13 +96,14 @@ class Runner:
     def _job(self, scenario: Scenario, backend: str) -> Report:
         workdir = self._root / f"{scenario.__name__}-{backend}"
         workdir.mkdir(parents=True, exist_ok=True)
+        private = None
         if backend == "sqlite":
             url = f"sqlite:///{workdir / 'dbscheduler.sqlite3'}"
         else:
             found = find(backend)
             if found.url is None:
                 raise Unavailable(found.reason, backend in required())
-            url = found.url
+            url, private = found.url, found.server
         table = unique_table()
         from dbscheduler.migrate import upgrade
 
@@ -112,7 +113,7 @@ class Runner:
                 upgrade(engine, table)
         finally:
             engine.dispose()
-        server = None if backend == "sqlite" else Server(backend, url)
+        server = None if backend == "sqlite" else Server(backend, url, private)
         try:
             return scenario(Env(backend, url, table, workdir / "nodes", self._profile, server))
         finally:
