@@ -32,7 +32,6 @@ PEERS = BENCH / ".peers"
 MAIN_PYTHON = Path(sys.executable)
 
 SHARED_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PRIVATE_PG_PORT = 55432
 MARIADB_ADMIN_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 PREFIX = "dbsbench_"
 SETTLE_DIRTY_PAGES = 100

@@ -119,7 +119,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--table-from", type=Path, metavar="JSON",
                    help="print the table of an earlier run's JSON file and exit")
     p.add_argument("--pg", choices=("private", "shared"), default="private",
-                   help="private: a throw-away cluster on 127.0.0.1:55432 from the local "
+                   help="private: a throw-away cluster on a free port of 127.0.0.1 from the local "
                         "PostgreSQL binaries, with pg_stat_statements (default when they are "
                         "installed); shared: the server at --pg-url")
     p.add_argument("--pg-url", default=SHARED_PG_URL,
