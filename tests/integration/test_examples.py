@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -35,21 +37,42 @@ def example_env(**extra: str) -> dict[str, str]:
 # -- quickstart --------------------------------------------------------------------------
 
 
+QUICKSTART_EVENTS = [
+    r"^\d\d:\d\d:\d\d\.\d{3}  heartbeat      run #2$",
+    r"on-the-clock   cron fire for \d\d:\d\d:\d[02468]$",
+    r"counter        count = 2 \(stored in the row\)$",
+    r"flaky          attempt 1 fails$",
+    r"-> flaky error \(upstream not ready\); next try at [\d:.]+$",
+    r"flaky          attempt 2 succeeds$",
+]
+
+
 def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "quickstart.py"), "--seconds", "3"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, env=example_env(),
+    # Stopped with Ctrl-C once it printed every kind of run, however long that took: a fixed
+    # window (counted from before the imports) was too short on a loaded machine.
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "quickstart.py")], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=example_env(PYTHONUNBUFFERED="1"),
     )
-    out = proc.stdout
-    assert proc.returncode == 0, proc.stderr
-    assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until 3 s\n")
-    assert re.search(r"^\d\d:\d\d:\d\d\.\d{3}  heartbeat      run #2$", out, re.M), out
-    assert re.search(r"on-the-clock   cron fire for \d\d:\d\d:\d[02468]$", out, re.M), out
-    assert "counter        count = 2 (stored in the row)" in out
-    assert "flaky          attempt 1 fails" in out
-    assert re.search(r"-> flaky error \(upstream not ready\); next try at [\d:.]+$", out, re.M)
-    assert "flaky          attempt 2 succeeds" in out
-    assert "Traceback" not in proc.stderr
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
+
+    def printed(pattern: str) -> bool:
+        return any(re.search(pattern, line.rstrip("\n")) for line in list(lines))
+
+    try:
+        wait_until(lambda: all(printed(p) for p in QUICKSTART_EVENTS), 120,
+                   "every kind of run printed")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        reader.join(10)
+    out = "".join(lines)
+    assert proc.returncode == 0, err
+    assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until Ctrl-C\n")
+    assert "Traceback" not in err
     # The final table, and the rows really in ./dbscheduler.sqlite3 of the working directory.
     counted = len(re.findall(r"counter        count = \d+", out))
     assert re.search(rf"^  counter +runs={counted} +last=success +state={{'count': {counted}}}$",
@@ -63,6 +86,16 @@ def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> N
         assert not any(i.running for i in infos.values())
     finally:
         db.engine.dispose()
+
+
+def test_quickstart_stops_by_itself_after_its_seconds(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), "--seconds", "0.5"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=example_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until 0.5 s\n")
+    assert "what the table holds now" in proc.stdout, proc.stdout
 
 
 # -- the cluster -------------------------------------------------------------------------

@@ -75,3 +75,16 @@ def test_a_killed_owner_leaves_no_server_behind() -> None:
         time.sleep(0.1)
     left = [(d, pid) for d, pid in started if Path(d).exists() or alive(pid)]
     assert not left, f"left behind (directory, server pid): {left}"
+
+
+def test_missing_binaries_skip_with_the_command_that_installs_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tests.databases as databases
+
+    monkeypatch.delenv("DBSCHEDULER_TEST_POSTGRESQL_URL", raising=False)
+    monkeypatch.setattr(databases.PrivatePostgres, "binaries", staticmethod(lambda: None))
+    monkeypatch.setattr(databases, "_docker_answers", lambda: False)
+    found = databases.find.__wrapped__("postgresql")
+    assert found.url is None
+    assert "apt-get install -y postgresql mariadb-server" in found.reason, found.reason
