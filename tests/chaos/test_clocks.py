@@ -59,7 +59,9 @@ def clock_skew(env: Env) -> Report:
         if early:
             report.problem("started early", f"{node}: {len(early)} executions started before "
                            f"their due time on the database clock (by {-min(early):.3f} s)")
-        if percentile(values, 95) > poll + 1.0:
+        # A node that trusted its own clock would be ten minutes late (or idle); how precise
+        # the start is belongs to the benchmark, so the bound leaves room for a slow machine.
+        if percentile(values, 95) > poll + 5.0:
             report.problem("started late", f"{node}: p95 start lag {percentile(values, 95):.3f}"
                            f" s with poll {poll} s")
     for node, text in stderr.items():
