@@ -169,7 +169,10 @@ class PrivateServer:
     def create(self) -> None:
         """Build the data directory, start the server on a free port (another if that one is
         taken meanwhile) and create the ``test`` database."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # What a process that died while creating it left there is of no use.
+        self.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True)
         self._initialise()
         for attempt in range(3):
             self.port = free_port()
