@@ -11,8 +11,10 @@ import pytest
 from dbscheduler import Client, Scheduler, TaskInfo
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10, what: str = "") -> None:
+def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:
     """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    # The default waits long enough for a machine ten times slower: it costs nothing when the
+    # event comes, and only a failing test waits it out.
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

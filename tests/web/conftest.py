@@ -56,8 +56,10 @@ class Node:
                  what="broken to fail")
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
     """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
+    # The default waits long enough for a machine ten times slower: it costs nothing when the
+    # event comes, and only a failing test waits it out.
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
