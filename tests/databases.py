@@ -157,6 +157,8 @@ def begin_run() -> None:
 
 def end_run() -> None:
     """Stop and delete the run's private servers, when this process owns them."""
+    if not os.environ.get(RUN):
+        return
     owner, directory = _run()
     if owner != os.getpid():
         return
@@ -190,9 +192,10 @@ def private_server(backend: str) -> Found:
             try:
                 server.create()
                 state = server.state()
-            except Unavailable as exc:
+            except Exception as exc:  # written down: the other tests skip (or fail) at once
                 server.kill()
-                state = {"error": str(exc)}
+                reason = str(exc) if isinstance(exc, Unavailable) else f"{exc!r}"
+                state = {"error": reason}
             state_file.write_text(json.dumps(state))
     if "error" in state:
         return Found(None, f"no private {backend} server: {state['error']}")
