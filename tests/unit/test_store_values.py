@@ -6,10 +6,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from dbscheduler._store import clean_text, decode_state_safe, encode_state
 from sqlalchemy.engine import make_url
 
+from dbscheduler._store import clean_text, decode_state_safe, encode_state
 from dbscheduler.dialects import IDLE_TRANSACTION_FLOOR, engine_options, idle_transaction_timeout
 from dbscheduler.dialects.pg_sessions import session_settings
 from dbscheduler.dialects.sessions import postgresql_options_names
