@@ -7,7 +7,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from dbscheduler._poller import GATHER_WAIT, Poller
+from dbscheduler._poller import GATHER_WAIT, Poller, next_backoff
 
 
 def _poller(max_workers: int) -> Poller:
@@ -50,3 +50,14 @@ def test_enough_workers_freed_during_the_wait_end_it_at_once() -> None:
 
 def test_a_node_with_one_worker_never_waits() -> None:
     assert _poller(1)._gather(1) == 0
+
+
+def test_the_poll_backoff_stays_within_a_third_of_the_lease() -> None:
+    # A node whose database comes back polls again well within its lease: with a 3 s lease
+    # it was up to 10 s later, and a node whose Galera node rejoined ran again after 15 s.
+    backoff = 0.5
+    for _ in range(10):
+        backoff = next_backoff(backoff, 0.5, timedelta(seconds=3))
+        assert backoff <= 1.0
+    assert next_backoff(8.0, 1.0, timedelta(minutes=5)) == 10.0
+    assert next_backoff(1.0, 5.0, timedelta(seconds=3)) == 5.0  # never below the poll interval
