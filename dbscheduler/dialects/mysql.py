@@ -205,7 +205,7 @@ class MySQLDialect(Dialect):
         args: tuple[Any, ...] = getattr(orig, "args", ())
         text = str(args[1]) if len(args) > 1 else str(orig)
         if errno in READ_ONLY:
-            return ConnectProblem("read-only", f"the server refuses writes (a replica?): {text}")
+            return ConnectProblem("read-only", f"the server is read-only (a replica?): {text}")
         if errno == BAD_DATABASE:
             found = re.search(r"'([^']*)'", text)
             name = found.group(1) if found else "?"
