@@ -103,7 +103,7 @@ class Poller:
                 self._faults.failed(exc)
                 self._listeners.on_poll_error(exc)
                 timeout = backoff
-                backoff = min(backoff * 2, max(self._poll_interval, 10.0))
+                backoff = next_backoff(backoff, self._poll_interval, self._lease)
             if timeout > 0 and not self._stop.is_set():
                 self._wakeup.wait(timeout)
 
@@ -323,3 +323,17 @@ def undecodable(execution: Execution, state_error: str) -> Ended:
     log.error("%s; the execution fails without running", state_error,
               extra=about(execution.task.name, execution.token))
     return Ended(execution, "error", state_error, UNSET, None, time.monotonic())
+
+
+def next_backoff(backoff: float, poll_interval: float, lease: timedelta) -> float:
+    """The wait after another failed poll: doubling, up to 10 s — and a third of the lease, so
+    that a node whose database comes back (a failover, a Galera node rejoining) polls again
+    well within a lease instead of up to 10 s later — but never below the poll interval.
+
+    >>> [next_backoff(b, 0.5, timedelta(seconds=3)) for b in (0.5, 1.0, 2.0)]
+    [1.0, 1.0, 1.0]
+    >>> next_backoff(8.0, 1.0, timedelta(seconds=30))
+    10.0
+    """
+    cap = min(10.0, lease.total_seconds() / 3)
+    return min(backoff * 2, max(poll_interval, cap))

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 
 from ._faults import FaultLog
 from ._notices import parse_due
-from .dialects import Dialect
+from .dialects import Dialect, ListenUnavailable
 from .logfields import engine_log, engine_thread
 
 log = engine_log("dbscheduler.wakeup")
@@ -76,6 +76,8 @@ class NotifyListener:
         self._faults = FaultLog(log, f"LISTEN {channel}")
         self._thread = engine_thread(self._run, "dbscheduler-listen")
         self.received = 0
+        self.ready = False
+        """True once a ``LISTEN`` is in place (for a node's own checks and tests)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -93,12 +95,16 @@ class NotifyListener:
                     on_wait=self._waited, stopping=self._stop,
                 )
                 delay = 0.5
+            except ListenUnavailable as exc:
+                log.info("%s", exc)
+                return
             except Exception as exc:
                 self._faults.failed(exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
 
     def _ready(self) -> None:
+        self.ready = True
         # The poll may have run just before LISTEN took effect: look once more.
         self._wakeup.set()
 

@@ -43,9 +43,9 @@ class Health:
     """What ``scheduler.health()`` found.
 
     ``ok`` is False with a one-line ``reason`` when the node is not started, the database does
-    not answer, the poller has not polled within a few poll intervals, or executions run but
-    no heartbeat went out within the lease. Times are aware UTC, on this node's estimate of
-    the database clock.
+    not answer or refuses writes (a read-only standby), the poller has not polled within a
+    few poll intervals, or executions run but no heartbeat went out within the lease. Times are
+    aware UTC, on this node's estimate of the database clock.
     """
 
     ok: bool
@@ -71,16 +71,19 @@ class _Probe:
         self._lock = threading.Lock()
         self._current: _Check | None = None
 
-    def run(self, action: Callable[[], object], timeout: float) -> str | None:
-        """``None`` when ``action`` succeeded within ``timeout``, else why not."""
+    def run(self, action: Callable[[], object], timeout: float) -> tuple[str | None, object]:
+        """``(None, what action returned)`` when it succeeded within ``timeout``, else
+        ``(why not, None)``."""
         with self._lock:
             check = self._current
             if check is None or check.done.is_set():
                 check = self._current = _Check(action)
         if not check.done.wait(timeout):
             waited = time.monotonic() - check.since
-            return f"the database did not answer a check within {waited:.1f} s"
-        return None if check.error is None else describe_error(check.error)
+            return f"the database did not answer a check within {waited:.1f} s", None
+        if check.error is not None:
+            return describe_error(check.error), None
+        return None, check.result
 
 
 class _Check:
@@ -90,12 +93,13 @@ class _Check:
         self.since = time.monotonic()
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.result: object = None
         self._action = action
         engine_thread(self._run, "dbscheduler-health").start()
 
     def _run(self) -> None:
         try:
-            self._action()
+            self.result = self._action()
         except BaseException as exc:
             self.error = exc
         finally:
@@ -128,8 +132,9 @@ def check(
     lease: timedelta,
     timeout: float = 5.0,
 ) -> Health:
-    """The :class:`Health` of a node from its parts; ``ping`` is one cheap statement. Never
-    raises: a failure of the check itself is reported as not ok."""
+    """The :class:`Health` of a node from its parts; ``ping`` is one cheap check of the
+    database that returns why the server refuses writes (a read-only standby), or ``None``.
+    Never raises: a failure of the check itself is reported as not ok."""
     try:
         return _check(node_id, state, engine, ping, clock, poller, heartbeat, executor,
                       poll_interval, lease, timeout)
@@ -152,10 +157,12 @@ def _check(
     last_poll = poller.last_poll_at if poller is not None else None
     last_beat = heartbeat.last_beat_at if heartbeat is not None else None
     running = executor.running() if executor is not None else []
-    problem = _probe_for(engine).run(ping, timeout)
+    problem, refusal = _probe_for(engine).run(ping, timeout)
     reasons: list[str] = []
     if problem is not None:
         reasons.append(f"database unreachable: {problem}")
+    elif isinstance(refusal, str):
+        reasons.append(f"the database refuses writes: {refusal}")
     if state != "running":
         reasons.append(f"the scheduler is {state}, not running")
     else:

@@ -32,7 +32,7 @@ from ._store import Store
 from ._wakeup import NotifyListener, Wakeup
 from .alerts import AlertWatch
 from .client import Client
-from .dialects import create_engine, prepare_engine
+from .dialects import create_engine, normalize_url, prepare_engine
 from .errors import TaskNotFound
 from .health import Health
 from .health import check as check_health
@@ -88,6 +88,9 @@ class Scheduler(Declarations, Operations, Batching):
         http_delivery_hosts: run the built-in HTTP delivery of the queue service for
             targets on these hosts (``"mail.internal"``, ``"10.0.0.5:8080"``,
             ``"*.example.com"``); see :mod:`dbscheduler.http_delivery`.
+        listen_url: on PostgreSQL behind a connection pooler (PgBouncer), a URL that reaches
+            the server directly, used for ``LISTEN`` alone (one connection). Without it, a node
+            that finds a pooler in front polls every ``poll_interval`` and says so once.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class Scheduler(Declarations, Operations, Batching):
         overdue_after: timedelta | float = timedelta(seconds=60),
         overdue_check: timedelta | float | None = timedelta(seconds=30),
         http_delivery_hosts: Sequence[str] | None = None,
+        listen_url: str | None = None,
     ) -> None:
         split_table_name(table)
         if url is not None and engine is not None:
@@ -132,6 +136,10 @@ class Scheduler(Declarations, Operations, Batching):
             prepare_engine(engine)
         self.engine = engine
         self._store = Store(engine, table, history=self.history is not None)
+        self.listen_url = listen_url
+        """The direct URL for ``LISTEN`` (see ``listen_url`` above); read at :meth:`start`."""
+        self._check_listen_url()
+        self._listen_engine: Engine | None = None
         self._store.tags = node_tags(tags, self.node_id)
         self.tags = self._store.tags
         """This node's tags (its id among them): it runs rows requiring one, or none."""
@@ -220,8 +228,11 @@ class Scheduler(Declarations, Operations, Batching):
             self._alerts = AlertWatch(store, self._listeners, self.overdue_after,
                                       self.overdue_check)
         if store.dialect.supports_notify:
-            self._listener = NotifyListener(self.engine, store.dialect, store.channel,
-                                            self._wakeup, node)
+            self._check_listen_url()
+            if self.listen_url is not None:
+                self._listen_engine = create_engine(self.listen_url, lease=self.lease)
+            self._listener = NotifyListener(self._listen_engine or self.engine, store.dialect,
+                                            store.channel, self._wakeup, node)
             self._listener.start()
         if any(d.options.isolation == "process" for d in self._tasks.values()):
             warm_up()
@@ -329,6 +340,26 @@ class Scheduler(Declarations, Operations, Batching):
         self._executor.shutdown()
         if self._owns_engine:
             self.engine.dispose()
+        if self._listen_engine is not None:
+            self._listen_engine.dispose()
+            self._listen_engine = None
+
+    def _check_listen_url(self) -> None:
+        url = self.listen_url
+        if url is None:
+            return
+        if not isinstance(url, str):
+            raise ValueError(f"listen_url must be a string, got {type(url).__name__}")
+        if not self._store.dialect.supports_notify:
+            raise ValueError(f"listen_url is for PostgreSQL's LISTEN; this scheduler's "
+                             f"database is {self._store.dialect.name}")
+        try:
+            backend = normalize_url(url).get_backend_name()
+        except Exception as exc:
+            raise ValueError(f"listen_url {url!r} is not a database URL: {exc}") from None
+        if backend != self.engine.dialect.name:
+            raise ValueError(f"listen_url must reach the same PostgreSQL server directly; "
+                             f"it names a {backend} database")
 
     def run(self, shutdown_timeout: float = 30) -> None:
         """Start and block until SIGINT or SIGTERM (or :meth:`shutdown` from another thread),
@@ -342,7 +373,7 @@ class Scheduler(Declarations, Operations, Batching):
         the heartbeat runs while executions do. Never raises."""
         return check_health(
             node_id=self.node_id, state=self._state, engine=self.engine,
-            ping=self._store.db_now, clock=self.clock, poller=self._poller,
+            ping=self._store.refuses_writes, clock=self.clock, poller=self._poller,
             heartbeat=self._heartbeat, executor=self._executor,
             poll_interval=self.poll_interval, lease=self.lease, timeout=timeout,
         )

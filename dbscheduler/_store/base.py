@@ -190,6 +190,13 @@ class StoreBase:
         with self.read() as conn:
             return self.now(conn)
 
+    def refuses_writes(self) -> str | None:
+        """Why the database refuses this node's writes (a read-only standby), else ``None``;
+        also proves it answers (the health check's probe)."""
+        with self.read() as conn:
+            self.now(conn)
+            return self.dialect.read_only(conn)
+
     def now(self, conn: Connection) -> datetime:
         """The database's current time on ``conn``, aware UTC."""
         value = to_utc(conn.execute(sa.select(db_now())).scalar_one())

@@ -76,10 +76,14 @@ def load_scheduler(spec: str) -> Scheduler:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics "
                    "(needs dbscheduler[prometheus])")
+@click.option("--listen-url", default=None, metavar="URL",
+              help="PostgreSQL behind a pooler: a direct URL to the server for LISTEN "
+                   "(instant wake-ups); see Scheduler(listen_url=)")
 @database_options
 @click.pass_context
 def run(ctx: click.Context, spec: str, log_level: str, shutdown_timeout: float,
-        metrics_port: int | None, url: str | None, table: str | None) -> None:
+        metrics_port: int | None, listen_url: str | None, url: str | None,
+        table: str | None) -> None:
     """Run a node for the Scheduler at MODULE:ATTR until Ctrl-C or SIGTERM.
 
     ATTR may also be a callable returning a Scheduler. The Scheduler uses the database it was
@@ -99,6 +103,12 @@ def run(ctx: click.Context, spec: str, log_level: str, shutdown_timeout: float,
     )
     scheduler = load_scheduler(spec)
     _check_run_target(scheduler, spec, given)
+    if listen_url is not None:
+        scheduler.listen_url = listen_url
+        try:
+            scheduler._check_listen_url()
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--listen-url'") from None
     url = scheduler.engine.url.render_as_string(hide_password=True)
     if metrics_port is not None:
         try:

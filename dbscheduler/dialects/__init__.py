@@ -9,12 +9,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from .base import ConnectProblem, Dialect, PickedRow, db_now, db_now_plus
+from .base import ConnectProblem, Dialect, ListenUnavailable, PickedRow, db_now, db_now_plus
 from .common import pick_limit
 from .mssql import MSSQLDialect
 from .mysql import MySQLDialect
 from .oracle import OracleDialect
 from .postgresql import PostgreSQLDialect
+from .sessions import (
+    CONNECT_TIMEOUT,
+    IDLE_TRANSACTION_FLOOR,
+    idle_transaction_timeout,
+    missing,
+    statement_timeout,
+)
 from .sqlite import SQLiteDialect
 
 __all__ = [
@@ -22,6 +29,7 @@ __all__ = [
     "IDLE_TRANSACTION_FLOOR",
     "ConnectProblem",
     "Dialect",
+    "ListenUnavailable",
     "PickedRow",
     "autocommits",
     "connect_problem",
@@ -110,51 +118,24 @@ def connect_problem(url: str | URL, exc: BaseException) -> ConnectProblem | None
     return dialect.connect_problem(exc) if dialect else None
 
 
-IDLE_TRANSACTION_FLOOR = timedelta(seconds=2)
-"""The shortest server-side bound on an idle open transaction, whatever the lease."""
-_IDLE_TRANSACTION_CAP = timedelta(seconds=10)
+def engine_options(backend: str, lease: timedelta, url: URL | None = None) -> dict[str, Any]:
+    """``create_engine`` options for an engine the Scheduler creates itself from ``url``.
 
-
-def idle_transaction_timeout(lease: timedelta) -> timedelta:
-    """How long the server lets a session sit idle inside an open transaction before ending
-    it: a sixth of the lease, at least :data:`IDLE_TRANSACTION_FLOOR`, at most 10 s.
-
-    Engine statements are autocommit or transactions sent back to back, so only a client
-    frozen or cut off mid-transaction ever reaches it; its locks then go well within the
-    lease, and the other nodes take over when the lease expires.
+    Only what the URL does not say itself: a ``connect_timeout`` (or any other connect
+    parameter) given in the URL is kept. Timeouts turn a hung connection (a partition, a dead
+    server) into an error instead of a thread stuck forever (:func:`.sessions.statement_timeout`);
+    TCP keepalives notice a vanished peer within seconds. The server-side session bounds are
+    set on each new connection by :meth:`Dialect.bound_sessions`, not here: PostgreSQL's
+    ``options`` startup parameter is refused by poolers. On MySQL/MariaDB the engine
+    autocommits (see below) and READ COMMITTED keeps the pick from taking gap locks, which
+    made concurrent picks deadlock.
     """
-    return max(IDLE_TRANSACTION_FLOOR, min(lease / 6, _IDLE_TRANSACTION_CAP))
-
-
-def engine_options(backend: str, lease: timedelta) -> dict[str, Any]:
-    """``create_engine`` options for an engine the Scheduler creates itself.
-
-    Timeouts turn a hung connection (a partition, a dead server) into an error instead of a
-    thread stuck forever. The statement and socket timeouts are generous (two leases and ten
-    seconds): leases are guarded by the heartbeat's watchdog, not by them, and a statement
-    that merely waits for a lock must not fail. The server-side bound on an idle transaction
-    (:func:`idle_transaction_timeout`) is short: it is what frees the locks of a client that
-    froze inside one. TCP keepalives on both ends notice a vanished peer within seconds. On
-    MySQL/MariaDB, READ COMMITTED keeps the pick from taking gap locks, which made concurrent
-    picks deadlock; MariaDB's ``idle_transaction_timeout`` is set on connect
-    (:meth:`Dialect.bound_sessions`).
-    """
-    ms = int((2 * lease.total_seconds() + 10) * 1000)
-    idle_ms = int(idle_transaction_timeout(lease).total_seconds() * 1000)
+    ms = int(statement_timeout(lease).total_seconds() * 1000)
     if backend == "postgresql":
-        server = {
-            "statement_timeout": ms,
-            "idle_in_transaction_session_timeout": idle_ms,
-            "tcp_keepalives_idle": 5,
-            "tcp_keepalives_interval": 2,
-            "tcp_keepalives_count": 3,
-            "tcp_user_timeout": ms,
-        }
-        return {"connect_args": {
-            "connect_timeout": 10, "tcp_user_timeout": ms, "keepalives": 1,
+        return {"connect_args": missing(url, {
+            "connect_timeout": CONNECT_TIMEOUT, "tcp_user_timeout": ms, "keepalives": 1,
             "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
-            "options": " ".join(f"-c {k}={v}" for k, v in server.items()),
-        }}
+        })}
     if backend in ("mysql", "mariadb"):
         seconds = ms / 1000
         # Autocommit by default: the engine's writes are single statements, and a connection
@@ -162,8 +143,9 @@ def engine_options(backend: str, lease: timedelta) -> dict[str, Any]:
         # (a reset is also what fails, noisily, on a connection cut meanwhile). Transactions
         # (registration, operations) switch to READ COMMITTED for their length.
         return {"isolation_level": "AUTOCOMMIT",
-                "connect_args": {"connect_timeout": 10, "read_timeout": seconds,
-                                 "write_timeout": seconds}}
+                "connect_args": missing(url, {"connect_timeout": CONNECT_TIMEOUT,
+                                              "read_timeout": seconds,
+                                              "write_timeout": seconds})}
     return {}
 
 
@@ -217,15 +199,15 @@ def create_engine(url: str | None, *, lease: timedelta) -> Engine:
             f"url {url!r} is not a database URL: {exc} (e.g. "
             "'postgresql+psycopg://user@host/db' or 'sqlite:///file.sqlite3')"
         ) from None
+    options = engine_options(parsed.get_backend_name(), lease, parsed)
     # No pool_pre_ping: it would add a statement to every poll. A connection that died fails
     # its statement, SQLAlchemy discards it, and every loop of the engine retries.
     engine = sa.create_engine(
-        parsed, pool_size=5, max_overflow=10,
-        **engine_options(parsed.get_backend_name(), lease),
+        parsed, pool_size=5, max_overflow=10, **options,
     )
     try:
-        prepare_engine(engine).bound_sessions(engine, idle_transaction_timeout(lease))
-        if engine_options(parsed.get_backend_name(), lease).get("isolation_level") == "AUTOCOMMIT":
+        prepare_engine(engine).bound_sessions(engine, lease, parsed)
+        if options.get("isolation_level") == "AUTOCOMMIT":
             _autocommit.add(engine)
     except ValueError:
         engine.dispose()

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
@@ -40,11 +40,16 @@ from .common import (
 )
 from .statement_cache import StatementCache
 
-__all__ = ["ConnectKind", "ConnectProblem", "Dialect", "PickedRow", "db_now", "db_now_plus",
-           "driver_error", "first_int_arg", "insert_if_absent_statement", "row_dicts",
-           "seconds_param"]
+__all__ = ["ConnectKind", "ConnectProblem", "Dialect", "ListenUnavailable", "PickedRow",
+           "db_now", "db_now_plus", "driver_error", "first_int_arg",
+           "insert_if_absent_statement", "row_dicts", "seconds_param"]
 
 log = engine_log("dbscheduler.dialects")
+
+
+class ListenUnavailable(Exception):
+    """``LISTEN`` cannot work on this engine (a pooler in front of the server): the node
+    polls instead, and says so once."""
 
 
 class Dialect(StatementCache):
@@ -92,11 +97,16 @@ class Dialect(StatementCache):
     def configure_engine(self, engine: Engine) -> None:
         """Attach whatever the backend needs to every new connection (SQLite: locking)."""
 
-    def bound_sessions(self, engine: Engine, idle_transaction: timedelta) -> None:
-        """On an engine dbscheduler created, bound every session on the server side: a
-        transaction left open (a frozen or partitioned client) ends after
-        ``idle_transaction``. Nothing by default (the bounds go in the connect arguments, see
-        :func:`dbscheduler.dialects.engine_options`)."""
+    def bound_sessions(self, engine: Engine, lease: timedelta, url: URL) -> None:
+        """On an engine dbscheduler created from ``url``, bound every session on the server
+        side: a transaction left open (a frozen or partitioned client) ends after
+        :func:`~.sessions.idle_transaction_timeout` of ``lease``; settings the URL gives
+        itself are kept. Nothing by default."""
+
+    def read_only(self, conn: Connection) -> str | None:
+        """Why the server behind ``conn`` refuses writes (a standby, a read-only mode), or
+        ``None`` when it accepts them; one cheap query, for the health check."""
+        return None
     # -- column types --------------------------------------------------------------------
     def timestamp_type(self) -> TypeEngine[Any]:
         """The column type of an aware UTC timestamp."""

@@ -100,7 +100,7 @@ def seconds_param(name: str) -> ColumnElement[float]:
     return sa.bindparam(name, type_=sa.Float())
 
 
-ConnectKind = Literal["host", "starting", "database", "user", "password", "login"]
+ConnectKind = Literal["host", "starting", "read-only", "database", "user", "password", "login"]
 
 
 @dataclass(frozen=True)
@@ -108,9 +108,10 @@ class ConnectProblem:
     """Why a connection failed, in words for the person who wrote the URL.
 
     ``kind`` is ``host`` (nothing answers at that address, or the name does not resolve),
-    ``starting`` (the server answers but is not ready yet), ``database`` (no such database),
-    ``user``, ``password``, or ``login`` (user or password wrong; the server does not say
-    which). Only ``host`` and ``starting`` can go away by waiting.
+    ``starting`` (the server answers but is not ready yet), ``read-only`` (it answers but
+    refuses writes: a standby, or a replica), ``database`` (no such database), ``user``,
+    ``password``, or ``login`` (user or password wrong; the server does not say which). Only
+    ``host``, ``starting`` and ``read-only`` can go away by waiting (a failover promotes).
     """
 
     kind: ConnectKind
@@ -119,7 +120,7 @@ class ConnectProblem:
     @property
     def may_pass(self) -> bool:
         """True when the same URL may work later (the server is down or still starting)."""
-        return self.kind in ("host", "starting")
+        return self.kind in ("host", "starting", "read-only")
 
 
 def driver_error(exc: BaseException) -> BaseException:

@@ -26,7 +26,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects.mysql import DATETIME as MY_DATETIME
 from sqlalchemy.dialects.mysql import LONGTEXT
 from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -43,10 +43,13 @@ from .base import (
     first_int_arg,
 )
 from .common import pick_binds, pick_params
+from .sessions import idle_transaction_timeout
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
 """ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
 NO_SUCH_TABLE = 1146
+READ_ONLY = frozenset({1290, 1792})
+"""ER_OPTION_PREVENTS_STATEMENT (``--read-only``), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION."""
 BAD_DATABASE = 1049
 ACCESS_DENIED = frozenset({1045, 1698})
 """ER_ACCESS_DENIED_ERROR; 1698 is MariaDB's for a user that has no password login."""
@@ -78,12 +81,12 @@ class MySQLDialect(Dialect):
     joined_finish = True
     transaction_isolation = "READ COMMITTED"
 
-    def bound_sessions(self, engine: Engine, idle_transaction: timedelta) -> None:
+    def bound_sessions(self, engine: Engine, lease: timedelta, url: URL) -> None:
         """Every session READ COMMITTED (the pick then takes no gap locks, which made
         concurrent picks deadlock, also in autocommit); on MariaDB ``idle_transaction_timeout``
         too. MySQL has no such variable; there every engine statement is autocommit or a
         back-to-back transaction, and docs/guides/databases.md says what to set server-side."""
-        seconds = max(1, math.ceil(idle_transaction.total_seconds()))
+        seconds = max(1, math.ceil(idle_transaction_timeout(lease).total_seconds()))
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, record: Any) -> None:
@@ -95,6 +98,12 @@ class MySQLDialect(Dialect):
                     cursor.execute(f"SET SESSION idle_transaction_timeout = {int(seconds)}")
             finally:
                 cursor.close()
+
+    def read_only(self, conn: Connection) -> str | None:
+        # The global flag: a replica (or a Galera node desynced) set read-only by its operator.
+        if conn.execute(sa.text("SELECT @@global.read_only")).scalar():
+            return "the server's read_only is on (a replica?)"
+        return None
 
     def pick(
         self,
@@ -195,6 +204,8 @@ class MySQLDialect(Dialect):
         errno = first_int_arg(orig)
         args: tuple[Any, ...] = getattr(orig, "args", ())
         text = str(args[1]) if len(args) > 1 else str(orig)
+        if errno in READ_ONLY:
+            return ConnectProblem("read-only", f"the server is read-only (a replica?): {text}")
         if errno == BAD_DATABASE:
             found = re.search(r"'([^']*)'", text)
             name = found.group(1) if found else "?"

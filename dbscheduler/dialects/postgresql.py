@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import TIMESTAMP as PG_TIMESTAMP
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -28,6 +28,7 @@ from sqlalchemy.types import TypeEngine
 from .base import (
     ConnectProblem,
     Dialect,
+    ListenUnavailable,
     PickedRow,
     db_now,
     db_now_plus,
@@ -36,11 +37,14 @@ from .base import (
 )
 from .common import pick_binds, pick_limit, pick_params, picked_columns
 from .pg_arrays import array_literal
+from .pg_sessions import ServerWatch, session_settings, watch_of
+from .sessions import postgresql_options_names
 from .types import FalseDefault
 
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 """deadlock_detected, serialization_failure."""
 UNDEFINED_TABLE = "42P01"
+READ_ONLY_TRANSACTION = "25006"
 
 # libpq reports a failed connection without a SQLSTATE (the server's FATAL message is all the
 # client gets), so connection failures are recognised by the server's and libpq's own texts.
@@ -92,6 +96,16 @@ class PostgreSQLDialect(Dialect):
         stopping: threading.Event,
     ) -> None:
         raw = engine.raw_connection()
+        watch = watch_of(engine)
+        if watch is not None and watch.proxied:
+            raw.close()
+            # A transaction pooler hands the LISTEN to a server session that other clients
+            # use next: no notification would ever arrive, and nothing would say so.
+            raise ListenUnavailable(
+                "the database is reached through a pooler or proxy, where LISTEN cannot be "
+                "relied upon: this node wakes by polling; give the Scheduler listen_url= (a "
+                "direct connection to the server) for instant wake-ups"
+            )
         try:
             conn: Any = raw.driver_connection  # psycopg 3: notifies() is driver API
             conn.autocommit = True
@@ -104,6 +118,20 @@ class PostgreSQLDialect(Dialect):
             raise
         finally:
             raw.close()
+
+    def bound_sessions(self, engine: Engine, lease: timedelta, url: URL) -> None:
+        mine = postgresql_options_names(url)
+        settings = {k: v for k, v in session_settings(lease).items() if k not in mine}
+        ServerWatch(settings).attach(engine)
+
+    def read_only(self, conn: Connection) -> str | None:
+        recovery, flag = conn.execute(sa.text(
+            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")).one()
+        if recovery:
+            return "the server is a standby in recovery"
+        if flag == "on":
+            return "the session is read-only (default_transaction_read_only)"
+        return None
 
     supports_notify = True
     returning_update = True
@@ -302,6 +330,10 @@ class PostgreSQLDialect(Dialect):
 
     def connect_problem(self, exc: BaseException) -> ConnectProblem | None:
         orig = driver_error(exc)
+        if getattr(orig, "sqlstate", None) == READ_ONLY_TRANSACTION:
+            return ConnectProblem(
+                "read-only", "the server is read-only (a standby, or default_transaction_"
+                "read_only): with several hosts in the URL add target_session_attrs=read-write")
         if getattr(orig, "sqlstate", None) is not None:
             return None  # the session exists: the server answered a statement
         text = str(orig)

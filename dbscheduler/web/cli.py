@@ -139,10 +139,12 @@ def _log(level: str) -> None:
               help="deliveries at once")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@click.option("--listen-url", default=None, metavar="URL",
+              help="PostgreSQL behind a pooler: a direct URL to the server for LISTEN")
 @database_options
 def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
-          node_id: str | None, workers: int, log_level: str, url: str | None,
-          table: str | None) -> None:
+          node_id: str | None, workers: int, log_level: str, listen_url: str | None,
+          url: str | None, table: str | None) -> None:
     """The queue service in one command: /v3/queue, the dashboard and the API, and a node
     delivering the batches to their targets, until Ctrl-C. Run it on several machines
     against one database for redundancy."""
@@ -155,9 +157,11 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
     with translated_errors(target):
         try:
             node = Scheduler(target.url, table=target.table, node_id=node_id,
-                             max_workers=workers, http_delivery_hosts=allow_hosts)
+                             max_workers=workers, http_delivery_hosts=allow_hosts,
+                             listen_url=listen_url)
         except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--allow-host'") from None
+            hint = "'--listen-url'" if "listen_url" in str(exc) else "'--allow-host'"
+            raise click.BadParameter(str(exc), param_hint=hint) from None
         node.start()
     try:
         app = serve_app(create_app(node), host)

@@ -35,10 +35,15 @@ class Run:
 
 def runs_from(events: Iterable[Mapping[str, Any]]) -> list[Run]:
     """Pair each ``start`` with its ``end``, ``finished`` and ``lease_lost`` events by
-    (node, task, token); ``end`` is None if the execution never logged its end."""
-    ends: dict[tuple[str, str, int], float] = {}
-    finished: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-    lost: set[tuple[str, str, int]] = set()
+    (node, task, token), in order; ``end`` is None if the execution never logged its end.
+
+    In order, not by the key alone: after a failover that lost commits, a token comes back,
+    and one node may run a task twice with the same token — one after the other, so its k-th
+    start of a key goes with its k-th end of that key.
+    """
+    ends: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    finished: dict[tuple[str, str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    lost: dict[tuple[str, str, int], int] = defaultdict(int)
     starts: list[Mapping[str, Any]] = []
     for e in events:
         kind = e["event"]
@@ -49,20 +54,24 @@ def runs_from(events: Iterable[Mapping[str, Any]]) -> list[Run]:
             continue
         key = (e["node"], e["task"], int(e["token"]))
         if kind == "end":
-            ends[key] = float(e["t"])
+            ends[key].append(float(e["t"]))
         elif kind == "finished":
-            finished[key] = e
+            finished[key].append(e)
         else:
-            lost.add(key)
+            lost[key] += 1
     out = []
+    seen: dict[tuple[str, str, int], int] = defaultdict(int)
     for e in starts:
         key = (e["node"], e["task"], int(e["token"]))
-        fin = finished.get(key)
+        k = seen[key]
+        seen[key] += 1
+        fin = finished[key][k] if k < len(finished[key]) else None
         out.append(Run(
             task=e["task"], node=e["node"], token=int(e["token"]), start=float(e["t"]),
-            end=ends.get(key), prev=e.get("prev"), has_prev="prev" in e,
+            end=ends[key][k] if k < len(ends[key]) else None, prev=e.get("prev"),
+            has_prev="prev" in e,
             written=None if fin is None else bool(fin["written"]),
-            status=None if fin is None else str(fin["status"]), lease_lost=key in lost,
+            status=None if fin is None else str(fin["status"]), lease_lost=k < lost[key],
             scheduled=float(e["scheduled"]), started_db=float(e["started"]),
         ))
     return out

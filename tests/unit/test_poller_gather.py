@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dbscheduler import _poller as poller_module
-from dbscheduler._poller import GATHER_WAIT, Poller
+from dbscheduler._poller import GATHER_WAIT, Poller, next_backoff
 
 
 class Clock:
@@ -72,3 +72,14 @@ def test_enough_workers_freed_during_the_wait_end_it_at_once(clock: Clock) -> No
 
 def test_a_node_with_one_worker_never_waits(clock: Clock) -> None:
     assert _poller(1)._gather(1) == 0
+
+
+def test_the_poll_backoff_stays_within_a_third_of_the_lease() -> None:
+    # A node whose database comes back polls again well within its lease: with a 3 s lease
+    # it was up to 10 s later, and a node whose Galera node rejoined ran again after 15 s.
+    backoff = 0.5
+    for _ in range(10):
+        backoff = next_backoff(backoff, 0.5, timedelta(seconds=3))
+        assert backoff <= 1.0
+    assert next_backoff(8.0, 1.0, timedelta(minutes=5)) == 10.0
+    assert next_backoff(5.0, 5.0, timedelta(seconds=3)) == 5.0  # never below the poll interval

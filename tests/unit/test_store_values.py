@@ -6,9 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from dbscheduler._store import clean_text, decode_state_safe, encode_state
 from dbscheduler.dialects import IDLE_TRANSACTION_FLOOR, engine_options, idle_transaction_timeout
+from dbscheduler.dialects.pg_sessions import session_settings
+from dbscheduler.dialects.sessions import postgresql_options_names
 from dbscheduler.table import MAX_ERROR_LENGTH, MAX_STATE_BYTES
 
 
@@ -52,6 +55,23 @@ def test_idle_transaction_bound_follows_the_lease_with_a_floor_and_a_cap() -> No
     assert idle_transaction_timeout(timedelta(seconds=30)) == timedelta(seconds=5)
     assert idle_transaction_timeout(timedelta(seconds=3)) == IDLE_TRANSACTION_FLOOR
     assert idle_transaction_timeout(timedelta(minutes=10)) == timedelta(seconds=10)
-    options = engine_options("postgresql", timedelta(seconds=30))["connect_args"]["options"]
-    assert "-c idle_in_transaction_session_timeout=5000" in options
+    settings = session_settings(timedelta(seconds=30))
+    assert settings["idle_in_transaction_session_timeout"] == "5000"
     assert engine_options("mysql", timedelta(seconds=30))["isolation_level"] == "AUTOCOMMIT"
+
+
+def test_what_the_url_says_wins_over_the_engine_defaults() -> None:
+    lease = timedelta(seconds=30)
+    pg = engine_options("postgresql", lease, make_url(
+        "postgresql+psycopg://h/db?connect_timeout=3&keepalives_idle=60"))["connect_args"]
+    assert "connect_timeout" not in pg and "keepalives_idle" not in pg
+    assert pg["keepalives"] == 1
+    # No libpq "options" startup parameter at all: PgBouncer refuses it.
+    assert "options" not in engine_options("postgresql", lease)["connect_args"]
+    my = engine_options("mysql", lease, make_url(
+        "mysql+pymysql://h/db?read_timeout=7"))["connect_args"]
+    assert "read_timeout" not in my and my["connect_timeout"] == 10
+    assert postgresql_options_names(make_url(
+        "postgresql://h/db?options=-c%20jit%3Don%20--statement-timeout%3D5s"
+    )) == {"jit", "statement_timeout"}
+    assert postgresql_options_names(make_url("postgresql://h/db")) == frozenset()

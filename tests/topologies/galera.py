@@ -1,0 +1,97 @@
+"""A private three-node MariaDB Galera cluster from Debian's ``galera-4`` and the installed
+MariaDB: each node a :class:`~tests.servers.PrivateMariaDB` with its own ports for the cluster
+(gcomm), incremental (IST) and full (SST, rsync) state transfer; the first bootstraps the
+cluster, the others join it. All in one temporary directory watched for this process's death."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.servers import PrivateMariaDB, Unavailable, free_port, start_watchdog
+
+PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
+INSTALL = "apt-get install -y galera-4 rsync"
+
+
+class GaleraNode(PrivateMariaDB):
+    """One Galera node; ``bootstrap`` starts a new cluster instead of joining one."""
+
+    def __init__(self, directory: Path, name: str, gcomm: list[int], index: int) -> None:
+        self.gcomm_ports = gcomm
+        self.index = index
+        self.bootstrap = index == 0
+        me = gcomm[index]
+        ist, sst = free_port(), free_port()
+        super().__init__(directory, {
+            "wsrep_on": "ON",
+            "wsrep_provider": str(PROVIDER),
+            "wsrep_cluster_name": "dbscheduler",
+            "wsrep_node_name": name,
+            "wsrep_cluster_address": "gcomm://" + ",".join(f"127.0.0.1:{p}" for p in gcomm),
+            "wsrep_provider_options": (f"gmcast.listen_addr=tcp://127.0.0.1:{me};"
+                                       f"ist.recv_addr=127.0.0.1:{ist};base_port={me}"),
+            "wsrep_node_address": f"127.0.0.1:{me}",
+            "wsrep_sst_receive_address": f"127.0.0.1:{sst}",
+            "wsrep_sst_method": "rsync",
+            "binlog_format": "ROW",
+            "innodb_autoinc_lock_mode": "2",
+            "default_storage_engine": "InnoDB",
+        })
+
+    def _options(self) -> list[str]:
+        options = super()._options()
+        # Only the first start of the first node makes a new cluster.
+        return [*options, "--wsrep-new-cluster"] if self.bootstrap else options
+
+    def _create_database(self) -> None:
+        if self.bootstrap:
+            super()._create_database()
+
+    def cluster_size(self) -> int:
+        engine = sa.create_engine(self.url.replace(f"/{self.database}", "/"),
+                                  poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                row = conn.exec_driver_sql("SHOW STATUS LIKE 'wsrep_cluster_size'").first()
+                return int(row[1]) if row else 0
+        finally:
+            engine.dispose()
+
+
+@contextmanager
+def galera_cluster(size: int = 3) -> Iterator[list[GaleraNode]]:
+    """``size`` Galera nodes in one cluster, each answering with the ``test`` database."""
+    if not PROVIDER.exists() or PrivateMariaDB.binaries() is None:
+        pytest.skip(f"MariaDB Galera is not installed ({INSTALL})")
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="dbscheduler-galera-"))
+    root.chmod(0o755)
+    start_watchdog(root, os.getpid())
+    gcomm = [free_port() for _ in range(size)]
+    nodes = [GaleraNode(root / f"g{i}", f"g{i}", gcomm, i) for i in range(size)]
+    try:
+        for node in nodes:
+            try:
+                node.create()
+            except Unavailable as exc:
+                pytest.fail(f"Galera node {node.directory.name} did not start: {exc}")
+            node.bootstrap = False
+        deadline = time.monotonic() + 60
+        while nodes[0].cluster_size() < size:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Galera cluster did not reach {size} nodes")
+            time.sleep(0.2)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
+        shutil.rmtree(root, ignore_errors=True)
