@@ -108,7 +108,16 @@ def finish_batch(
         landed.update(confirmed)
 
     try:
-        store.retrying("finish", attempt)
+        try:
+            store.retrying("finish", attempt)
+        except sa.exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # The connection died with the answer: read back at once, on a new connection,
+            # what landed (before the rows move on and before the heartbeat, kept for them
+            # while the finish is retried, calls a landed one's lease lost); write the rest.
+            _settle_lost_answer(store, writes, landed, exc)
+            store.retrying("finish", attempt)
     except Exception as exc:
         if not refused(store, exc):
             raise
@@ -123,6 +132,24 @@ def finish_batch(
         with store.autocommit() as conn:
             forget(store, conn, first)
     return now, stale
+
+
+def _settle_lost_answer(store: Store, writes: Sequence[FinishWrite], landed: set[int],
+                        error: sa.exc.DBAPIError) -> None:
+    """Add to ``landed`` the writes not confirmed yet that landed after all (their
+    statement committed, its answer was lost with the connection); re-raise ``error`` when
+    the database cannot be read now either (the caller retries later)."""
+    unsure = [w for w in writes if w.id not in landed]
+    if not unsure:
+        return
+    try:
+        stale = {(w.id, w.token) for w in _not_landed(store, unsure)}
+    except sa.exc.DBAPIError:
+        raise error from None
+    found = [w.id for w in unsure if (w.id, w.token) not in stale]
+    landed.update(found)
+    log.warning("finish: the connection was lost (%s); read back, %d of %d unconfirmed "
+                "write(s) had landed", error.orig, len(found), len(unsure))
 
 
 def _one_by_one(

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +24,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbscheduler import FixedDelay, Outcome, Scheduler, TaskContext, _faultpoints
+from dbscheduler._store import FinishWrite, RunRecord, Store
+from dbscheduler.context import Status
 from dbscheduler.dialects.types import to_utc
+from tests.harness.inprocess import seed
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -107,11 +110,16 @@ class Recorder:
     def __init__(self) -> None:
         self.started: dict[tuple[str, int], str] = {}
         self.told: dict[tuple[str, int], list[Outcome]] = {}
+        self.lease_lost: list[tuple[str, int]] = []
         self.lock = threading.Lock()
 
     def on_finished(self, ctx: TaskContext, outcome: Outcome) -> None:
         with self.lock:
             self.told.setdefault((ctx.name, ctx.total_attempt), []).append(outcome)
+
+    def on_lease_lost(self, ctx: TaskContext) -> None:
+        with self.lock:
+            self.lease_lost.append((ctx.name, ctx.total_attempt))
 
 
 Key = tuple[str, int, datetime]
@@ -193,6 +201,7 @@ def test_every_execution_has_one_true_run_row_when_the_finish_loses_its_answer(
              or [o.next_at is not None for o in recorder.told.get(k, [])] != [True]}
     assert not wrong, f"executions whose run rows or listeners do not tell the truth: {wrong}"
     assert set(task_runs) == set(started), "a run row for an execution that never started"
+    assert not recorder.lease_lost, "no lease was lost, whatever the heartbeat could not tell"
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:
@@ -262,3 +271,79 @@ def test_a_delivery_whose_items_were_removed_is_a_successful_run_when_answers_ar
     assert not twice, f"items delivered more than once: {twice}"
     wrong = {k: runs.get(k) for k in delivered if [s for s, _ in runs.get(k, [])] != ["success"]}
     assert not wrong, f"deliveries whose run row is not one success: {wrong}"
+
+
+# -- the read-back itself, once the row has moved on by two picks ----------------------------
+LEASE = timedelta(seconds=30)
+
+
+def _due_now(store: Store, name: str) -> None:
+    t = store.table
+    with store.autocommit() as conn:
+        conn.execute(sa.update(t).where(t.c.queue_name == name)
+                     .values(next_process_at=store.db_now() - timedelta(seconds=1)))
+
+
+def _pick(store: Store, node: str) -> Mapping[str, Any]:
+    _due_now(store, "t")
+    (row,) = store.pick(node, 1, LEASE, ["t"]).rows
+    return row
+
+
+def _write(store: Store, row: Mapping[str, Any], node: str,
+           status: Status = "success") -> FinishWrite:
+    now = store.db_now()
+    return FinishWrite(int(row["id"]), int(row["total_attempt"]), status, now, 0, now,
+                       run=RunRecord("t", int(row["total_attempt"]), int(row["attempt"]), node,
+                                     row["last_started_at"], row["last_started_at"]))
+
+
+def _finish(store: Store, node: str, write: FinishWrite) -> list[FinishWrite]:
+    return store.finish(node, lambda _: [write])[1]
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql", "sqlite"])
+def test_a_landed_finish_read_back_two_picks_later_is_landed(migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    try:
+        store = Store(engine, table)
+        seed(url, table, "t")
+        mine = _write(store, _pick(store, "node-a"), "node-a")
+        assert _finish(store, "node-a", mine) == []
+        # Picked and finished again by another node, and picked once more, while node-a
+        # waited to reconnect: its finish is written again and refused by its fence.
+        other = _write(store, _pick(store, "node-b"), "node-b")
+        assert _finish(store, "node-b", other) == []
+        _pick(store, "node-b")
+        assert _finish(store, "node-a", mine) == [], "a landed finish is not called refused"
+        key = ("t", mine.token, to_utc(mine.run.started_at))  # type: ignore[union-attr]
+        assert _runs(url, table)[key] == [("success", "node-a")], "its run row stays"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql", "sqlite"])
+def test_a_finish_that_never_landed_read_back_two_picks_later_is_refused(
+        migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    try:
+        store = Store(engine, table)
+        seed(url, table, "t")
+        row = _pick(store, "node-a")
+        mine = _write(store, row, "node-a")
+        # Its lease ran out before its finish could be written: node-b takes the row over,
+        # records the execution lost, finishes its own and picks again.
+        taken = _pick(store, "node-b")
+        assert taken["prev_locked_by"] == "node-a"
+        assert mine.run is not None
+        assert store.record_lost("node-b", int(taken["id"]), int(taken["total_attempt"]), 1,
+                                 "node node-a vanished", mine.run)
+        assert _finish(store, "node-b", _write(store, taken, "node-b")) == []
+        _pick(store, "node-b")
+        assert _finish(store, "node-a", mine) == [mine], "a finish that never landed is refused"
+        key = ("t", mine.token, to_utc(mine.run.started_at))
+        assert _runs(url, table)[key] == [("lost", "node-a")], "its one run row is the lost one"
+    finally:
+        engine.dispose()
