@@ -340,10 +340,11 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
     cleared, or when the pick right after it (token + 1) found ``locked_by`` already cleared
     (``prev_locked_by`` NULL): only the finish clears it while the execution holds the row.
     When the row has moved on further (picked and finished again, maybe by other nodes, while
-    this node waited to reconnect) or is gone, the execution's run row decides (history on):
-    the finish writes it in its own statement, or (where it goes first) a finish that did not
-    land leaves it to become the ``lost`` one of the node that took the row over, before any
-    later pick; so a run row that is not ``lost`` means the finish landed.
+    this node waited to reconnect), the execution's run row decides (history on): the finish
+    writes it in its own statement, or (where it goes first) a finish that did not land leaves
+    it to become the ``lost`` one of the node that took the row over, before any later pick;
+    so a run row that is not ``lost`` means the finish landed. A row that is gone is read the
+    same way where the run row is part of the finish's statement, and as refused elsewhere.
     """
     t = store.table
     ids = [w.id for w in writes]
@@ -372,6 +373,10 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
             return row.locked_by is None
         if row is not None and row.total_attempt == w.token + 1:
             return row.prev_locked_by is None
+        if row is None and not store.dialect.update_from_values:
+            # Deleted (by an operator) with the execution's run row written first: nobody
+            # makes that one lost, so it tells nothing.
+            return False
         if w.run is not None and store.history:
             status = logged.get((w.run.name, w.run.token, to_utc(w.run.started_at)))
             return status is not None and status != "lost"
