@@ -290,13 +290,37 @@ def remove_delivered(
         t.c.last_started_at == sa.bindparam("d_picked", picked_at,
                                             type_=t.c.last_started_at.type)))
     removed = 0
-    with store.autocommit() as conn:
-        for start in range(0, len(ids), _CHUNK):
-            chunk = list(ids[start : start + _CHUNK])
-            removed += _rowcount(conn.execute(
-                sa.delete(items).where(items.c.task_name == name, items.c.id.in_(chunk), held)))
-            _faultpoints.reached("delivered")
+    for start in range(0, len(ids), _CHUNK):
+        chunk = list(ids[start : start + _CHUNK])
+        delete = sa.delete(items).where(items.c.task_name == name, items.c.id.in_(chunk), held)
+        try:
+            with store.autocommit() as conn:
+                removed += _rowcount(conn.execute(delete))
+                _faultpoints.reached("delivered")
+        except sa.exc.DBAPIError as exc:
+            removed += _settle_removed(store, name, chunk, delete, exc)
     return removed
+
+
+def _settle_removed(store: StoreBase, name: str, chunk: list[int], delete: sa.Delete,
+                    error: sa.exc.DBAPIError) -> int:
+    """How many of ``chunk`` are removed after their fenced ``delete`` lost its answer (the
+    connection dropped): the delete again on a new connection (fenced as before, it removes
+    only what is left, and only while the delivery holds its lease), then a read of what is
+    still there. Items that are gone were delivered: a delete that landed without an answer
+    must not make the delivery a failure that nobody can deliver again. Re-raises ``error``
+    when the database cannot be reached now either."""
+    items = store.items
+    try:
+        with store.autocommit() as conn:
+            conn.execute(delete)
+            left = conn.execute(sa.select(sa.func.count()).select_from(items).where(
+                items.c.task_name == name, items.c.id.in_(chunk))).scalar_one()
+    except sa.exc.DBAPIError:
+        raise error from None
+    log.warning("batch %r: removing delivered items lost its answer (%s); read back, %d of "
+                "%d are gone", name, error.orig, len(chunk) - int(left), len(chunk))
+    return len(chunk) - int(left)
 
 
 def drop_key(store: StoreBase, handler: str, key: str, names: Sequence[str] | None) -> int:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from .. import _faultpoints
 from ..context import UNSET, Status, _Unset
 from ..dialects import db_now
+from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards
@@ -107,7 +108,16 @@ def finish_batch(
         landed.update(confirmed)
 
     try:
-        store.retrying("finish", attempt)
+        try:
+            store.retrying("finish", attempt)
+        except sa.exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # The connection died with the answer: read back at once, on a new connection,
+            # what landed (before the rows move on and before the heartbeat, kept for them
+            # while the finish is retried, calls a landed one's lease lost); write the rest.
+            _settle_lost_answer(store, writes, landed, exc)
+            store.retrying("finish", attempt)
     except Exception as exc:
         if not refused(store, exc):
             raise
@@ -122,6 +132,24 @@ def finish_batch(
         with store.autocommit() as conn:
             forget(store, conn, first)
     return now, stale
+
+
+def _settle_lost_answer(store: Store, writes: Sequence[FinishWrite], landed: set[int],
+                        error: sa.exc.DBAPIError) -> None:
+    """Add to ``landed`` the writes not confirmed yet that landed after all (their
+    statement committed, its answer was lost with the connection); re-raise ``error`` when
+    the database cannot be read now either (the caller retries later)."""
+    unsure = [w for w in writes if w.id not in landed]
+    if not unsure:
+        return
+    try:
+        stale = {(w.id, w.token) for w in _not_landed(store, unsure)}
+    except sa.exc.DBAPIError:
+        raise error from None
+    found = [w.id for w in unsure if (w.id, w.token) not in stale]
+    landed.update(found)
+    log.warning("finish: the connection was lost (%s); read back, %d of %d unconfirmed "
+                "write(s) had landed", error.orig, len(found), len(unsure))
 
 
 def _one_by_one(
@@ -311,6 +339,12 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
     The write landed when the row still carries the execution's token with ``locked_by``
     cleared, or when the pick right after it (token + 1) found ``locked_by`` already cleared
     (``prev_locked_by`` NULL): only the finish clears it while the execution holds the row.
+    When the row has moved on further (picked and finished again, maybe by other nodes, while
+    this node waited to reconnect), the execution's run row decides (history on): the finish
+    writes it in its own statement, or (where it goes first) a finish that did not land leaves
+    it to become the ``lost`` one of the node that took the row over, before any later pick;
+    so a run row that is not ``lost`` means the finish landed. A row that is gone is read the
+    same way where the run row is part of the finish's statement, and as refused elsewhere.
     """
     t = store.table
     ids = [w.id for w in writes]
@@ -324,15 +358,47 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
                 )
             )
         }
+        moved_on = [w for w in writes
+                    if (w.id not in rows and not w.delete)
+                    or (w.id in rows and rows[w.id].total_attempt > w.token + 1)]
+        logged = _run_statuses(store, conn, moved_on)
 
     def landed(w: FinishWrite) -> bool:
         row = rows.get(w.id)
-        if row is None:
-            return w.delete  # a one-off job's row is gone: its fenced delete landed
-        if w.delete and not w.keyed:
-            return False
-        if row.total_attempt == w.token:  # a batch key's finish may keep its row
+        if row is None and w.delete:
+            return True  # a one-off job's row is gone: its fenced delete landed
+        if row is not None and w.delete and not w.keyed:
+            return False  # a batch key's finish may keep its row, a one-off job's never
+        if row is not None and row.total_attempt == w.token:
             return row.locked_by is None
-        return bool(row.total_attempt == w.token + 1 and row.prev_locked_by is None)
+        if row is not None and row.total_attempt == w.token + 1:
+            return row.prev_locked_by is None
+        if row is None and not store.dialect.update_from_values:
+            # Deleted (by an operator) with the execution's run row written first: nobody
+            # makes that one lost, so it tells nothing.
+            return False
+        if w.run is not None and store.history:
+            status = logged.get((w.run.name, w.run.token, to_utc(w.run.started_at)))
+            return status is not None and status != "lost"
+        return False
 
     return [w for w in writes if not landed(w)]
+
+
+def _run_statuses(store: Store, conn: Connection,
+                  writes: Sequence[FinishWrite]) -> dict[tuple[str, int, Any], str]:
+    """The status of each write's run row, by its key, where there is one."""
+    records = [w.run for w in writes if w.run is not None]
+    if not records or not store.history:
+        return {}
+    runs = store.runs_table
+    found: dict[tuple[str, int, Any], str] = {}
+    for start in range(0, len(records), _CHUNK):
+        chunk = records[start : start + _CHUNK]
+        for r in conn.execute(
+            sa.select(runs.c.task_name, runs.c.token, runs.c.started_at, runs.c.status)
+            .where(runs.c.task_name.in_(sorted({c.name for c in chunk})),
+                   runs.c.token.in_(sorted({c.token for c in chunk})))
+        ):
+            found[(r.task_name, int(r.token), to_utc(r.started_at))] = r.status
+    return found
