@@ -172,7 +172,7 @@ class MySQLDialect(Dialect):
         # The column's own binary collation: names compare exactly, as in the table.
         return names_from_text(param, (
             f"SELECT name FROM JSON_TABLE(:{param}, '$[*]' COLUMNS (name VARCHAR(255) "
-            "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS names"))
+            "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS jt"))
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return MY_DATETIME(fsp=6)

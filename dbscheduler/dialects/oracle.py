@@ -208,7 +208,7 @@ class OracleDialect(Dialect):
         # bytes.
         return names_from_text(param, (
             f"SELECT name FROM JSON_TABLE(:{param}, '$[*]' COLUMNS (name VARCHAR2(1020 CHAR) "
-            "PATH '$')) names"))
+            "PATH '$')) jt"))
 
     def names_in(self, column: ColumnElement[str], names: Sequence[str]) -> ColumnElement[bool]:
         names = list(names)

@@ -730,6 +730,23 @@ def test_the_poll_looks_up_each_handler_by_the_handler_index(rig: Rig) -> None:
     assert "count(*)" not in sql, "an idle poll must not count the table"
 
 
+def test_the_pick_and_the_poll_read_the_same_for_two_names_and_five_thousand(rig: Rig) -> None:
+    # The names are one bound JSON parameter: the statement text (and the server's plan
+    # cache entry) does not grow with the node's names, and up to UNION_LIMIT names or past
+    # it only the parameters change.
+    def sent(names: list[str]) -> list[str]:
+        before = len(rig.db.calls)
+        rig.store._shape_checked = float("-inf")  # both polls check the table's shape too
+        rig.store.poll(names)
+        rig.store.pick(NODE, 5, LEASE, names)
+        return [c.sql for c in rig.db.calls[before:]]
+
+    few = sent(list(NAMES))
+    many = sent([*NAMES, *(f"other-{i}" for i in range(5_000))])
+    assert few == many
+    assert not any("other-" in s or "nightly-Report" in s for s in many)
+
+
 def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None:
     claimed = [row(f"t{i}", id=i, attempt=1, total_attempt=12, locked_by=NODE,
                    prev_locked_by=OTHER_NODE if i == 1 else None, prev_next_process_at=NOW)
@@ -751,7 +768,7 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     assert "WHERE scheduled_tasks.paused = :paused_1 AND (scheduled_tasks.requires IS NULL" in sql
     assert ("full_groups))) AND (scheduled_tasks.handler IN (SELECT p_names_h.name FROM "
             "(SELECT name FROM JSON_TABLE(:p_names, '$[*]' COLUMNS (name VARCHAR2(1020 CHAR) "
-            "PATH '$')) names) p_names_h) OR :p_lacks = :param_1 AND ") in sql
+            "PATH '$')) jt) p_names_h) OR :p_lacks = :param_1 AND ") in sql
     assert ") AND scheduled_tasks.next_process_at <= FROM_TZ(" in sql
     assert update.params["p_names"] == json.dumps(names) and update.params["p_lacks"] == 0
     assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
