@@ -245,17 +245,24 @@ def test_a_row_held_for_share_does_not_stall_a_pick(store: Store, backend: str) 
     t = store.table
     with store.engine.connect() as conn:
         held = conn.execute(sa.select(t.c.id).where(t.c.queue_name == names[0])).scalar_one()
-    holder = store.engine.connect().execution_options(isolation_level="READ COMMITTED")
-    with holder, holder.begin():
-        # By its key, as a fence holds it (a covering read of a secondary index would lock
-        # only that index's entry on MariaDB).
-        holder.execute(sa.select(t).where(t.c.id == held).with_for_update(read=True)).one()
-        done: list[Any] = []
-        picking = threading.Thread(
-            target=lambda: done.append(store.pick("n2", 10, LEASE, names).rows))
-        picking.start()
-        picking.join(timeout=15)
-        assert not picking.is_alive(), "the pick waited for the row held FOR SHARE"
+    # The user's own engine, as a fenced transaction may use: no server-side bound on how
+    # long its transaction may sit idle (the scheduler's sessions have one, which would end
+    # this transaction, and the wait, after a few seconds).
+    users = sa.create_engine(store.engine.url)
+    holder = users.connect().execution_options(isolation_level="READ COMMITTED")
+    try:
+        with holder, holder.begin():
+            # By its key, as a fence holds it (a covering read of a secondary index would
+            # lock only that index's entry on MariaDB).
+            holder.execute(sa.select(t).where(t.c.id == held).with_for_update(read=True)).one()
+            done: list[Any] = []
+            picking = threading.Thread(
+                target=lambda: done.append(store.pick("n2", 10, LEASE, names).rows))
+            picking.start()
+            picking.join(timeout=15)
+            assert not picking.is_alive(), "the pick waited for the row held FOR SHARE"
+    finally:
+        users.dispose()
     (rows,) = done
     assert sorted(r["queue_name"] for r in rows) == names[1:]
     assert held not in {r["id"] for r in rows}
