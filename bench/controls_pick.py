@@ -80,9 +80,11 @@ def main() -> None:
 
 
 def _explain(store: Store, engine: sa.Engine) -> None:
+    from dbscheduler._store.handlers import handler_params
     from dbscheduler._store.runtime import next_due_of
 
-    query = sa.select(next_due_of(store, ["h"]).scalar_subquery())
+    query = sa.select(next_due_of(store).scalar_subquery()).params(
+        handler_params(store, frozenset(["h"])))
     sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
         for line in conn.exec_driver_sql("EXPLAIN ANALYZE " + sql):

@@ -59,10 +59,13 @@ class StoreBase:
         """Conditions of :mod:`.controls`, built once (building them is costly)."""
         self.strangers: frozenset[str] = frozenset()
         """Handlers of rows met in the table that this node lacks (:mod:`.handlers`)."""
-        self.pick_conditions: dict[tuple[frozenset[str], frozenset[str], frozenset[int],
-                                         frozenset[str]], Any] = {}
-        """The pick's conditions by (names, tags, excluded ids, strangers), built once
-        (:mod:`.pick`)."""
+        self.pick_conditions: dict[tuple[frozenset[str], frozenset[int]], Any] = {}
+        """The pick's conditions by (tags, excluded ids), built once (:mod:`.pick`)."""
+        self.handler_params: dict[tuple[frozenset[str], frozenset[str]], dict[str, Any]] = {}
+        """The handler condition's parameters by (names, strangers) (:mod:`.handlers`)."""
+        self.next_due: tuple[frozenset[str], sa.Select[Any]] | None = None
+        """The poll's next-due query and the tags it was built for
+        (:func:`.runtime.next_due_of`)."""
         self.finish_statements: dict[tuple[bool, bool], sa.Executable] = {}
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""

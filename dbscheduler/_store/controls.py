@@ -66,7 +66,8 @@ def eligible(store: StoreBase, t: sa.FromClause, tags: Collection[str], *,
         tagged = sa.or_(t.c.requires.is_(None), t.c.requires.in_(sorted(tags)))
         cached = sa.and_(
             tagged,
-            sa.or_(t.c.task_group.is_(None), t.c.task_group.not_in(full_groups(store))),
+            sa.or_(t.c.task_group.is_(None),
+                   store.dialect.not_among(t.c.task_group, full_groups(store))),
         ) if groups else tagged
         if len(store._eligible) > 64:
             store._eligible.clear()

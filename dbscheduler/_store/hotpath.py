@@ -27,6 +27,7 @@ from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
+from .handlers import handler_params
 from .history import RunRecord, forget, insert_from, log_first, run_values
 from .pick import pick_rows
 from .registration import Registration, register
@@ -113,7 +114,7 @@ class Store(StoreBase):
         check_shape = time.monotonic() - self._shape_checked >= SHAPE_CHECK_INTERVAL
         with self.read() as conn:
             before = time.monotonic()
-            due = next_due_of(self, known)
+            due = next_due_of(self)
             columns = [db_now().label("now"), due.scalar_subquery().label("next_due")]
             if check_shape:
                 columns += [
@@ -123,7 +124,7 @@ class Store(StoreBase):
                     sa.select(sa.func.max(t.c.id)).scalar_subquery().label("max_id"),
                 ]
             before = time.monotonic()
-            row = conn.execute(sa.select(*columns)).one()
+            row = conn.execute(sa.select(*columns), handler_params(self, known)).one()
             after = time.monotonic()
         now = to_utc(row.now)
         assert now is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -15,8 +15,7 @@ from .. import _faultpoints
 from ..dialects import PickedRow
 from ..logfields import engine_log
 from .controls import eligible
-from .handlers import handler_filter, learn_strangers
-from .runtime import due_candidates, next_due_of
+from .handlers import handler_params, learn_strangers
 
 if TYPE_CHECKING:
     from .hotpath import Store
@@ -43,12 +42,12 @@ def pick_rows(
     """
     claim = uuid.uuid4().hex
     known = known if isinstance(known, frozenset) else frozenset(known)
-    where, candidates, next_due = _conditions(store, known, frozenset(exclude))
+    where = _conditions(store, frozenset(exclude))
     try:
         with store.autocommit() as conn:
             rows = store.dialect.pick(
                 conn, store.table, where=where, limit=limit, lease=lease, node_id=node_id,
-                claim=claim, candidates=candidates, next_due=next_due,
+                claim=claim, params=handler_params(store, known),
             )
             _faultpoints.reached("pick")
     except sa.exc.DBAPIError as exc:
@@ -68,32 +67,24 @@ def pick_rows(
     ]
 
 
-_Conditions = tuple[sa.ColumnElement[bool], sa.ColumnElement[bool] | None, sa.Select[Any]]
-
-
-def _conditions(store: Store, known: frozenset[str], exclude: frozenset[int]) -> _Conditions:
-    """The pick's ``where``, candidates and next-due query for these names, the node's tags
-    and ``exclude``: built once and kept while they stay the same (usually for the node's
-    whole life), so the dialect can keep the statement built from them too."""
-    key = (known, store.tags, exclude, store.strangers)
-    cached: _Conditions | None = store.pick_conditions.get(key)
+def _conditions(store: Store, exclude: frozenset[int]) -> sa.ColumnElement[bool]:
+    """The pick's ``where`` for the node's tags and ``exclude`` (the dialect adds the handler
+    condition, whose text does not depend on the names): built once and kept while they stay
+    the same (usually for the node's whole life), so the dialect can keep the statement built
+    from it too."""
+    key = (store.tags, exclude)
+    cached: sa.ColumnElement[bool] | None = store.pick_conditions.get(key)
     if cached is not None:
         return cached
     t = store.table
-    candidates = (due_candidates(store, known, exclude)
-                  if store.dialect.uses_candidates else None)
-    # The candidates passed the full-group filter already; repeated on the outer rows it
-    # would turn PostgreSQL's plan into a scan of the whole table.
     where = sa.and_(t.c.paused == False,  # noqa: E712
-                    eligible(store, t, store.tags, groups=candidates is None))
-    where = sa.and_(where, handler_filter(store, t.c.handler, known))
+                    eligible(store, t, store.tags))
     if exclude:
         where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
-    built = (where, candidates, next_due_of(store, known, later=True))
     if len(store.pick_conditions) > 16:  # exclusions come and go (after an outage)
         store.pick_conditions.clear()
-    store.pick_conditions[key] = built
-    return built
+    store.pick_conditions[key] = where
+    return where
 
 
 def _read_back(

@@ -3,98 +3,56 @@ runtime task, and the fenced delete that ends a one-off job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
 
 from .. import _faultpoints
-from ..dialects import db_now, pick_limit
 from ..logfields import engine_log
 from .base import StoreBase
 from .controls import eligible
-from .handlers import UNION_LIMIT, handler_filter
+from .handlers import UNION_LIMIT
 
-__all__ = ["UNION_LIMIT", "RuntimeRow", "due_candidates", "next_due_of", "write_runtime"]
+__all__ = ["UNION_LIMIT", "RuntimeRow", "next_due_of", "write_runtime"]
 
 log = engine_log("dbscheduler.store")
 
 
-def next_due_of(
-    store: StoreBase, known: Collection[str], *, later: bool = False
-) -> sa.Select[tuple[datetime]]:
-    """The earliest ``next_process_at`` of the unpaused rows whose handler is in ``known``
-    and that this node may take (:func:`~.controls.eligible`; ``later``: only of those not
-    yet due).
+def next_due_of(store: StoreBase) -> sa.Select[tuple[datetime]]:
+    """The earliest ``next_process_at`` of the unpaused rows this node may take
+    (:func:`~.controls.eligible`) whose handler passes the dialect's handler condition, run
+    with the parameters of :func:`~.handlers.handler_params`. Built once: its text is the same
+    whatever the node's names.
 
-    Each handler's earliest row is one walk of the ``(handler, next_process_at)`` index in
-    order, stopping at the first row that passes the filter, so the cost does not grow with
-    the rows of the table (a million pending one-off jobs); a single ``min`` over ``handler IN
-    (…)`` would read every matching index entry on most databases. Written as ``ORDER BY …
-    LIMIT 1`` rather than ``min()``: with the filter, a planner misled by its estimates could
-    aggregate every row of the handler instead.
+    By name, each name's earliest row is one walk of the ``(handler, next_process_at)``
+    index in order, stopping at the first row that passes the filter, so the cost does not
+    grow with the rows of the table (a million pending one-off jobs); a single ``min`` over
+    ``handler IN (…)`` would read every matching index entry on most databases. Written as
+    ``ORDER BY … LIMIT 1`` rather than ``min()``: with the filter, a planner misled by its
+    estimates could aggregate every row of the handler instead. By the names lacked, the first
+    row of the due-time index that passes.
     """
-    # An alias: inside the pick's ``UPDATE … RETURNING`` the plain table would be correlated
-    # with the updated row.
-    t = store.later if later else store.table
-    unpaused = sa.and_(t.c.paused == False,  # noqa: E712
-                       eligible(store, t, store.tags),
-                       *([t.c.next_process_at > db_now()] if later else []))
-    names = sorted(known)
-    if not names or len(names) > UNION_LIMIT:
-        return sa.select(sa.func.min(t.c.next_process_at)).where(
-            unpaused, handler_filter(store, t.c.handler, names)
-        )
-    each = [
-        sa.select(
-            sa.select(t.c.next_process_at)
-            .where(unpaused, t.c.handler == sa.literal(h, t.c.handler.type))
-            .order_by(t.c.next_process_at)
-            .limit(1)
-            .scalar_subquery()
-            .label("due")
-        )
-        for h in names
-    ]
-    if len(each) == 1:
-        return each[0]
-    mins = sa.union_all(*each).subquery("per_handler")
-    return sa.select(sa.func.min(mins.c.due))
-
-
-def due_candidates(
-    store: StoreBase, known: Collection[str], exclude: Collection[int]
-) -> sa.ColumnElement[bool] | None:
-    """``id IN`` the ``limit`` first due rows of each handler in ``known`` in the pick's order
-    (priority, then due time): where the due rows of a pick are, for a planner that would
-    otherwise walk the due-time index past every row of other handlers. ``None`` for a long
-    list of handlers.
-
-    Per handler, two index walks that each stop after ``limit`` rows: the rows of priority 0
-    in due order (the ``(handler, next_process_at)`` index), and the others in priority order
-    (the partial ``pick_idx``). The first ``limit`` rows overall are among them. The limit is
-    the pick's own bound parameter (:func:`~dbscheduler.dialects.pick_limit`), so the
-    condition is built once per set of names.
-    """
-    if not known or len(known) > UNION_LIMIT:
-        return None
+    if store.next_due is not None and store.next_due[0] == store.tags:
+        return store.next_due[1]
     t = store.table
-    # A literal, not a parameter: so the partial index's predicate (priority != 0) matches.
-    zero: sa.ColumnElement[int] = sa.literal_column("0")
-    each = [
-        sa.select(t.c.id)
-        .where(t.c.handler == sa.literal(h, t.c.handler.type), t.c.paused == False,  # noqa: E712
-               t.c.next_process_at <= db_now(), eligible(store, t, store.tags),
-               t.c.priority == zero if plain else t.c.priority != zero,
-               *([t.c.id.not_in(sorted(exclude))] if exclude else []))
-        .order_by(*([] if plain else [t.c.priority.desc()]), t.c.next_process_at)
-        .limit(pick_limit())
-        for h in sorted(known)
-        for plain in (True, False)
-    ]
-    ids = sa.union_all(*each).subquery("candidates")
-    return t.c.id.in_(sa.select(ids.c.id))
+    unpaused = sa.and_(t.c.paused == False,  # noqa: E712
+                       eligible(store, t, store.tags))
+    names, name = store.dialect.names_table("p_names")
+    first = (sa.select(t.c.next_process_at)
+             .where(unpaused, t.c.handler == name)
+             .order_by(t.c.next_process_at).limit(1)
+             .scalar_subquery())
+    by_name = sa.select(first.label("due")).select_from(names)
+    rest = (sa.select(t.c.next_process_at.label("due"))
+            .where(unpaused, store.dialect.lacks_condition(t.c.handler))
+            .order_by(t.c.next_process_at).limit(1)
+            .subquery("rest"))
+    both = sa.union_all(by_name, sa.select(rest.c.due)).subquery("nexts")
+    built = sa.select(sa.func.min(both.c.due))
+    store.next_due = (store.tags, built)
+    return built
 
 
 @dataclass(frozen=True)

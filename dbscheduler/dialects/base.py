@@ -10,6 +10,7 @@ dialect modules share besides this class live in :mod:`.common` (re-exported her
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -75,8 +76,6 @@ class Dialect(StatementCache):
     (short, back-to-back) transaction; otherwise each of its statements autocommits."""
     transaction_isolation: ClassVar[str] = "READ COMMITTED"
     """Isolation of the store's transactions on an engine that autocommits by default."""
-    uses_candidates: ClassVar[bool] = False
-    """:meth:`pick` uses its ``candidates`` (the store builds them only then)."""
     update_from_values: ClassVar[bool] = False
     """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
     from :meth:`batch_rows`)."""
@@ -214,6 +213,48 @@ class Dialect(StatementCache):
         """``column IN names``, built so that thousands of names are still one parameter."""
         return column.in_(list(names))
 
+    def not_among(self, column: ColumnElement[Any], values: sa.Select[Any]) -> ColumnElement[bool]:
+        """``column NOT IN (values)``, for a ``values`` query that does not depend on the row
+        (run once per statement)."""
+        return column.not_in(values)
+
+    def names_table(self, param: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+        """The names bound as the one parameter ``param`` (its value from
+        :meth:`names_param`), as a table of one column: the table and its column.
+
+        The statements of the hot path take a node's handler names this way, so their text
+        is the same for one name and for ten thousand."""
+        raise NotImplementedError
+
+    def names_param(self, names: Sequence[str]) -> Any:
+        """The value of a :meth:`names_table` parameter: by default the names as JSON text."""
+        return json.dumps(list(names))
+
+    def lacks_condition(self, column: ColumnElement[str]) -> ColumnElement[bool]:
+        """Rows whose handler (``column``) is set and not among the bound names
+        ``p_lacking``, when the parameter ``p_lacks`` is 1; else no row (see
+        :meth:`handler_params`)."""
+        lacking, name = self.names_table("p_lacking")
+        return sa.and_(sa.bindparam("p_lacks", type_=sa.Integer()) == 1, column.is_not(None),
+                       column.not_in(sa.select(name).select_from(lacking)))
+
+    def handler_condition(self, column: ColumnElement[str]) -> ColumnElement[bool]:
+        """Rows a node may take by their handler (``column``), with constant text: the names
+        ``p_names`` it has, or — :meth:`handler_params` chooses — every handler but the
+        names ``p_lacking``."""
+        names, name = self.names_table("p_names")
+        return sa.or_(column.in_(sa.select(name).select_from(names)),
+                      self.lacks_condition(column))
+
+    def handler_params(
+        self, names: Sequence[str], lacking: Sequence[str] | None
+    ) -> dict[str, Any]:
+        """The parameters of :meth:`handler_condition`: rows of ``names``, or (``lacking``
+        given) rows of any handler but ``lacking``."""
+        return {"p_names": self.names_param(() if lacking is not None else names),
+                "p_lacking": self.names_param(lacking or ()),
+                "p_lacks": int(lacking is not None)}
+
     # -- the pick ------------------------------------------------------------------------
     def pick_values(
         self,
@@ -289,33 +330,31 @@ class Dialect(StatementCache):
         lease: timedelta,
         node_id: str,
         claim: str,
-        candidates: ColumnElement[bool] | None = None,
-        next_due: sa.Select[Any] | None = None,
+        params: Mapping[str, Any],
     ) -> list[PickedRow]:
-        """Take up to ``limit`` due rows matching ``where`` for ``node_id``, stamped ``claim``.
-
-        ``candidates``, when given, is implied by ``where`` and the due condition (it narrows
-        nothing) but tells the planner where the due rows are; ``next_due`` is the query for
-        the earliest row matching ``where`` that is not due yet, in the form the indexes
-        serve. A backend whose planner needs them (PostgreSQL) uses them; the others ignore
-        them.
+        """Take up to ``limit`` due rows matching ``where`` for ``node_id``, stamped ``claim``,
+        whose handler passes :meth:`handler_condition` with ``params`` (from
+        :meth:`handler_params`).
 
         ``conn`` is in autocommit: the pick is one statement (plus, where the database cannot
         return updated rows, a plain non-locking read of the claimed rows). ``where`` already
-        holds ``paused = false`` and the name filter; the dialect adds ``next_process_at <= db
-        now`` and the ordering.
+        holds ``paused = false`` and the node's tags and groups; the dialect adds the handler
+        condition, ``next_process_at <= db now`` and the ordering. A row another session holds
+        locked is skipped, never waited for.
         """
         result = conn.execute(self._pick_built(table, where, int(limit)),
-                              pick_params(claim, node_id, lease))
+                              {**pick_params(claim, node_id, lease), **params})
         if self.returning_update:
             return row_dicts(result)
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
     def _pick_built(self, table: sa.Table, where: ColumnElement[bool], limit: int) -> Any:
-        """:meth:`pick_statement` with parameters ``p_lease``, ``p_node``, ``p_claim``, built
-        once (building it cost more than running it on SQLite)."""
+        """:meth:`pick_statement` with parameters ``p_lease``, ``p_node``, ``p_claim`` and the
+        handler condition's, built once (building it cost more than running it on SQLite)."""
         def build() -> Any:
-            stmt: Any = self.pick_statement(table, where=where, limit=limit, **pick_binds(table))
+            stmt: Any = self.pick_statement(
+                table, where=sa.and_(where, self.handler_condition(table.c.handler)),
+                limit=limit, **pick_binds(table))
             return stmt.returning(*picked_columns(table)) if self.returning_update else stmt
 
         return self.built("pick", (table, where), build, limit)

@@ -17,7 +17,8 @@ from .types import UTCDateTime
 
 __all__ = [
     "PICKED", "ConnectKind", "ConnectProblem", "PickedRow", "db_now", "db_now_plus",
-    "driver_error", "first_int_arg", "insert_if_absent_statement", "pick_binds", "pick_limit",
+    "driver_error", "first_int_arg", "insert_if_absent_statement", "names_from_text",
+    "pick_binds", "pick_limit",
     "pick_params", "picked_columns", "row_dicts", "seconds_param",
 ]
 
@@ -78,6 +79,18 @@ def pick_limit() -> ColumnElement[int]:
     """The pick's row limit as the bound parameter ``p_limit``: the statements built once
     (the PostgreSQL pick and its candidates) take each pick's limit with its parameters."""
     return sa.bindparam("p_limit", type_=sa.Integer())
+
+
+def names_from_text(param: str, select: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+    """``Dialect.names_table`` from the text of a ``SELECT`` of one column ``name`` that
+    reads the parameter ``:<param>`` (the names as JSON text), e.g. through ``JSON_TABLE``."""
+    names = (
+        sa.text(select)
+        .bindparams(sa.bindparam(param, type_=sa.UnicodeText()))
+        .columns(sa.column("name", sa.Unicode()))
+        .subquery(f"{param}_h")
+    )
+    return names, names.c.name
 
 
 def pick_binds(table: sa.Table) -> dict[str, ColumnElement[Any]]:

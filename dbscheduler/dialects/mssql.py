@@ -50,7 +50,7 @@ from .base import (
     insert_if_absent_statement,
     row_dicts,
 )
-from .common import picked_columns
+from .common import names_from_text, picked_columns
 
 PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
@@ -145,6 +145,12 @@ class MSSQLDialect(Dialect):
         ).bindparams(sa.bindparam("names", json.dumps(names), type_=sa.UnicodeText()))
         return column.in_(values.columns(sa.column("value", sa.Unicode())))
 
+    def names_table(self, param: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+        # OPENJSON needs database compatibility level >= 130 (see names_in); the binary
+        # collation keeps the comparison exact.
+        return names_from_text(param, (
+            f"SELECT value COLLATE Latin1_General_100_BIN2 AS name FROM OPENJSON(:{param})"))
+
     # -- the pick ------------------------------------------------------------------------
     def fence_statement(
         self, table: sa.Table, id_: int, token: int, node_id: str
@@ -187,11 +193,12 @@ class MSSQLDialect(Dialect):
         lease: timedelta,
         node_id: str,
         claim: str,
-        candidates: ColumnElement[bool] | None = None,
-        next_due: sa.Select[Any] | None = None,
+        params: Mapping[str, Any],
     ) -> list[PickedRow]:
+        # READPAST skips a row another session holds, whatever its lock: no pick waits.
+        where = sa.and_(where, self.handler_condition(table.c.handler))
         stmt = pick_statement(table, where, limit, lease, node_id, claim)
-        return row_dicts(conn.execute(stmt))
+        return row_dicts(conn.execute(stmt, dict(params)))
 
 
 def pick_statement(

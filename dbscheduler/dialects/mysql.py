@@ -42,7 +42,7 @@ from .base import (
     driver_error,
     first_int_arg,
 )
-from .common import pick_binds, pick_params
+from .common import names_from_text, pick_binds, pick_params
 from .sessions import idle_transaction_timeout
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
@@ -59,6 +59,10 @@ STARTING = frozenset({1040, 1053})
 """Too many connections; server shutdown in progress."""
 
 log = engine_log("dbscheduler.dialects")
+
+PICK_LOCK_WAIT = "innodb_lock_wait_timeout=1"
+"""MariaDB's bound on the pick's update waiting for a row lock (seconds; a 1205 then retries
+the pick)."""
 
 
 @compiles(db_now, "mysql")
@@ -105,6 +109,19 @@ class MySQLDialect(Dialect):
             return "the server's read_only is on (a replica?)"
         return None
 
+    def configure_engine(self, engine: Engine) -> None:
+        # A statement run with the execution option ``dbscheduler_set_statement`` gets it as
+        # MariaDB's per-statement setting (``SET STATEMENT x=1 FOR …``); MySQL has no such
+        # prefix for InnoDB's lock wait, and runs the statement as it is.
+        @event.listens_for(engine, "before_cursor_execute", retval=True)
+        def _set_statement(conn: Connection, cursor: Any, statement: str, parameters: Any,
+                           context: Any, executemany: bool) -> tuple[str, Any]:
+            setting = (context.execution_options.get("dbscheduler_set_statement")
+                       if context is not None else None)
+            if setting and getattr(conn.dialect, "is_mariadb", False):
+                statement = f"SET STATEMENT {setting} FOR {statement}"
+            return statement, parameters
+
     def pick(
         self,
         conn: Connection,
@@ -115,17 +132,17 @@ class MySQLDialect(Dialect):
         lease: timedelta,
         node_id: str,
         claim: str,
-        candidates: ColumnElement[bool] | None = None,
-        next_due: sa.Select[Any] | None = None,
+        params: Mapping[str, Any],
     ) -> list[PickedRow]:
-        # Three statements, none holding a lock past itself: a plain read of the first due
-        # ids, an update of those ids that repeats the due condition (a row another node
-        # took in between is no longer due, and is left to it), then the read-back of the
-        # claimed rows (no RETURNING on UPDATE here). A single UPDATE …
+        # Three statements, none holding a lock past itself: a read of the first due ids
+        # that skips the rows another session holds locked (another pick's, a fenced
+        # transaction's shared lock), an update of those ids that repeats the due condition
+        # (a row another node took in between is no longer due, and is left to it), then the
+        # read-back of the claimed rows (no RETURNING on UPDATE here). A single UPDATE …
         # ORDER BY … LIMIT locks every due row while it sorts them; a finish that makes one
         # of them due again then deadlocks with it, several times a second under load.
         first, take = self._two_step(table, where, int(limit))
-        ids = [int(r[0]) for r in conn.execute(first)]
+        ids = [int(r[0]) for r in conn.execute(first, dict(params))]
         if not ids:
             return []
         conn.execute(take, {"p_ids": ids, **pick_params(claim, node_id, lease)})
@@ -133,22 +150,38 @@ class MySQLDialect(Dialect):
 
     def _two_step(
         self, table: sa.Table, where: ColumnElement[bool], limit: int
-    ) -> tuple[sa.Select[Any], sa.Update]:
+    ) -> tuple[sa.Select[Any], sa.Executable]:
         """The pick's read of due ids and its update of them (parameters ``p_ids``,
         ``p_lease``, ``p_node``, ``p_claim``), built once per conditions and limit."""
-        def build() -> tuple[sa.Select[Any], sa.Update]:
+        def build() -> tuple[sa.Select[Any], sa.Executable]:
             t = table
             due = sa.and_(where, t.c.next_process_at <= db_now())
-            first = (sa.select(t.c.id).where(due)
-                     .order_by(t.c.priority.desc(), t.c.next_process_at).limit(limit))
+            first = (
+                sa.select(t.c.id)
+                .where(due, self.handler_condition(t.c.handler))
+                .order_by(t.c.priority.desc(), t.c.next_process_at).limit(limit)
+                # Autocommit: the locks end with the read. They only make it pass over the
+                # rows another session holds, instead of choosing ids the update would wait
+                # for.
+                .with_for_update(skip_locked=True)
+            )
             take = (
                 sa.update(t)
                 .where(due, t.c.id.in_(sa.bindparam("p_ids", expanding=True)))
                 .ordered_values(*self.pick_values(t, **pick_binds(t)))
+                # A row locked between the read and the update (a fenced transaction that
+                # began meanwhile) costs the pick at most a second, then a retry.
+                .execution_options(dbscheduler_set_statement=PICK_LOCK_WAIT)
             )
             return first, take
 
         return self.built("two-step pick", (table, where), build, limit)  # type: ignore[no-any-return]
+
+    def names_table(self, param: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+        # The column's own binary collation: names compare exactly, as in the table.
+        return names_from_text(param, (
+            f"SELECT name FROM JSON_TABLE(:{param}, '$[*]' COLUMNS (name VARCHAR(255) "
+            "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS jt"))
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return MY_DATETIME(fsp=6)

@@ -83,6 +83,10 @@ class PostgreSQLDialect(Dialect):
     name = "postgresql"
     insert_needs_transaction = False
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._once: dict[int, tuple[sa.Select[Any], sa.CTE]] = {}
+
     def timestamp_type(self) -> TypeEngine[Any]:
         return PG_TIMESTAMP(timezone=True, precision=6)
 
@@ -135,7 +139,6 @@ class PostgreSQLDialect(Dialect):
 
     supports_notify = True
     returning_update = True
-    uses_candidates = True
     update_from_values = True
 
     def insert_if_absent(
@@ -204,6 +207,38 @@ class PostgreSQLDialect(Dialect):
                            for n in names)
         return column == sa.any_(sa.literal_column(f"ARRAY[{quoted}]", ARRAY(sa.Unicode())))
 
+    def not_among(self, column: ColumnElement[Any], values: sa.Select[Any]) -> ColumnElement[bool]:
+        # Computed once for the statement, in a materialised CTE: as NOT IN (subquery) its
+        # estimated cost was counted again in each per-name walk of the pick and the poll,
+        # which with a few dozen names passed the cost at which the server compiles the plan
+        # with JIT (seconds per pick on a stock server).
+        found = self._once.get(id(values))
+        if found is None or found[0] is not values:
+            once = values.cte("once").prefix_with("MATERIALIZED")
+            found = self._once[id(values)] = (values, once)
+        return column.not_in(sa.select(found[1].c[0]))
+
+    def names_table(self, param: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+        names = (sa.func.unnest(_names_array(param))
+                 .table_valued("name").render_derived(name=f"{param}_h"))
+        return names, names.c.name
+
+    def names_param(self, names: Sequence[str]) -> Any:
+        return array_literal(sa.Unicode(), list(names))
+
+    def lacks_condition(self, column: ColumnElement[str]) -> ColumnElement[bool]:
+        # NULL (not an empty array) turns the condition off: a planner given the value folds
+        # it away, and a generic plan checks it once per statement, not once per row.
+        lacking = _names_array("p_lacking")
+        return sa.and_(lacking.is_not(None), column.is_not(None),
+                       column != sa.all_(lacking))
+
+    def handler_params(
+        self, names: Sequence[str], lacking: Sequence[str] | None
+    ) -> dict[str, Any]:
+        return {"p_names": self.names_param(() if lacking is not None else names),
+                "p_lacking": None if lacking is None else self.names_param(lacking)}
+
     def pick(
         self,
         conn: Connection,
@@ -214,74 +249,101 @@ class PostgreSQLDialect(Dialect):
         lease: timedelta,
         node_id: str,
         claim: str,
-        candidates: ColumnElement[bool] | None = None,
-        next_due: sa.Select[Any] | None = None,
+        params: Mapping[str, Any],
     ) -> list[PickedRow]:
-        # Built once per set of conditions, run with each pick's limit, claim, node and
-        # lease as parameters.
-        stmt = self.built("pick", (table, where, candidates, next_due),
-                          lambda: self._pick_statement(table, where, candidates, next_due))
-        params = {"p_limit": int(limit), **pick_params(claim, node_id, lease)}
-        return row_dicts(conn.execute(stmt, params))
+        # Built once per set of conditions, run with each pick's limit, claim, node, lease
+        # and names as parameters.
+        stmt = self.built("pick", (table, where), lambda: self.pick_statement_built(table, where))
+        values = {"p_limit": int(limit), **pick_params(claim, node_id, lease), **params}
+        return row_dicts(conn.execute(stmt, values))
 
-    def _pick_statement(
-        self,
-        t: sa.Table,
-        where: ColumnElement[bool],
-        candidates: ColumnElement[bool] | None,
-        next_due: sa.Select[Any] | None,
-    ) -> sa.Update:
+    def pick_statement_built(self, t: sa.Table, where: ColumnElement[bool]) -> sa.Update:
+        """The pick (parameters ``p_limit``, ``p_lease``, ``p_node``, ``p_claim``, ``p_names``,
+        ``p_lacking``); its text does not depend on the node's names, their number, or
+        whether it picks by the names it has or by those it lacks.
+
+        Each way of finding due rows is an index walk in the pick's order that locks the
+        rows it takes with ``FOR UPDATE SKIP LOCKED`` and stops after ``p_limit`` of them:
+
+        * by name: for each name of ``p_names`` (``unnest`` … ``LATERAL``), the rows of
+          priority 0 in due order (the ``(handler, next_process_at)`` index), and the others
+          in priority order (the partial ``pick_idx``);
+        * by the names lacked: the rows of priority 0 in due order (the due-time index) and
+          the few others, when ``p_lacking`` is given.
+
+        So its cost grows with the rows it takes (and the rows other nodes hold, skipped),
+        never with the rows that are due or with what the planner believes of the table: no
+        branch has anything to join or to sort but rows already limited. A row another
+        session holds, whatever its lock, is skipped, never waited for; concurrent picks get
+        disjoint rows. The first ``p_limit`` of all those rows are updated; the others the
+        walks locked are unlocked when the statement ends.
+        """
         later = t.alias("later")
         # A literal, not a parameter: so the partial index's predicate (priority != 0) matches.
         zero: ColumnElement[int] = sa.literal_column("0")
+        names, name = self.names_table("p_names")
+        due = sa.and_(where, t.c.next_process_at <= db_now())
 
-        def first(plain: bool) -> sa.CTE:
-            """The first due rows of priority 0 in due order (a walk of the due-time index
-            that stops after ``p_limit`` rows), or of the other priorities in their order
-            (the partial index of the few such rows). One ``ORDER BY priority`` over the
-            whole table would read and sort every due row on every pick: with 5,000 due at
-            once, 1.3 ms instead of 0.1 ms, 156 times over."""
-            return (
+        def walk(plain: bool, by_name: bool) -> sa.Select[Any]:
+            found = (
                 sa.select(t.c.id, t.c.priority, t.c.next_process_at)
-                # Without the candidates, a table whose earliest rows all belong to handlers
-                # this node lacks (a million overdue jobs of another service) would be read
-                # past, row by row, in due-time order on every pick.
-                .where(where, t.c.next_process_at <= db_now(),
-                       t.c.priority == zero if plain else t.c.priority != zero,
-                       *([candidates] if candidates is not None else []))
+                .where(due, t.c.priority == zero if plain else t.c.priority != zero,
+                       t.c.handler == name if by_name else self.lacks_condition(t.c.handler))
                 .order_by(*([] if plain else [t.c.priority.desc()]), t.c.next_process_at)
                 .limit(pick_limit())
                 .with_for_update(skip_locked=True)
-                .cte("plain" if plain else "ranked")
             )
+            label = "plain" if plain else "ranked"
+            if not by_name:  # a subquery: a UNION's own branches take no FOR UPDATE
+                rest = found.subquery(f"{label}_rest")
+                return sa.select(rest.c.id, rest.c.priority, rest.c.next_process_at)
+            each = found.lateral(f"{label}_each")
+            return (sa.select(each.c.id, each.c.priority, each.c.next_process_at)
+                    .select_from(names).join(each, sa.true()))
 
-        # Rows a branch locked and the limit leaves out are unlocked when the statement ends.
-        both = sa.union_all(*(sa.select(c.c.id, c.c.priority, c.c.next_process_at)
-                              for c in (first(True), first(False)))).subquery("both")
-        due = (
-            sa.select(both.c.id)
-            .order_by(both.c.priority.desc(), both.c.next_process_at)
-            .limit(pick_limit())
-        )
+        found = sa.union_all(*(walk(plain, by_name) for by_name in (True, False)
+                               for plain in (True, False))).subquery("found")
+        # A CTE read twice (the update and its next due time): run once.
+        chosen = (sa.select(found.c.id)
+                  .order_by(found.c.priority.desc(), found.c.next_process_at)
+                  .limit(pick_limit())
+                  .cte("chosen"))
+        ids = sa.func.array(sa.select(chosen.c.id).scalar_subquery())
         values = self.pick_values(t, **pick_binds(t))
         return (
             sa.update(t)
             # The ids as one array, not a join: the primary key finds them, where a join
             # with a small table's rows was planned as a scan of the table.
-            .where(t.c.id == sa.any_(sa.func.array(due.scalar_subquery())))
+            .where(t.c.id == sa.any_(ids))
             .ordered_values(*values)
             .returning(
                 *picked_columns(t),
-                # The statement's snapshot still shows picked rows at their old (past) due
-                # times, so "> now" leaves exactly the rows due later: the poller's next
-                # wake-up, without another round trip.
-                (
-                    next_due if next_due is not None
-                    else sa.select(sa.func.min(later.c.next_process_at)).where(
-                        ClauseAdapter(later).traverse(where), later.c.next_process_at > db_now())
-                ).scalar_subquery().label("next_due"),
+                # The earliest row this node may take besides the ones taken (the statement's
+                # snapshot still shows them at their old due times): when it is due already,
+                # rows were due that other sessions held, and the poller picks again at once
+                # instead of sleeping until the next due time.
+                self._next_due(later, ClauseAdapter(later).traverse(where),
+                               sa.not_(later.c.id == sa.any_(ids)))
+                .scalar_subquery().label("next_due"),
             )
         )
+
+    def _next_due(self, t: sa.FromClause, where: ColumnElement[bool],
+                  besides: ColumnElement[bool]) -> sa.Select[Any]:
+        """The earliest ``next_process_at`` among the rows of ``t`` matching ``where`` and
+        ``besides`` whose handler passes the handler condition: per name, the first row of an
+        index walk; by the names lacked, the first row of the due-time index."""
+        names, name = self.names_table("p_names")
+        first = (sa.select(t.c.next_process_at)
+                 .where(where, besides, t.c.handler == name)
+                 .order_by(t.c.next_process_at).limit(1)
+                 .scalar_subquery())
+        by_name = sa.select(first.label("due")).select_from(names)
+        rest = (sa.select(t.c.next_process_at.label("due"))
+                .where(where, besides, self.lacks_condition(t.c.handler))
+                .order_by(t.c.next_process_at).limit(1))
+        both = sa.union_all(by_name, rest.subquery("rest").select()).subquery("nexts")
+        return sa.select(sa.func.min(both.c.due))
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
@@ -357,6 +419,11 @@ class PostgreSQLDialect(Dialect):
                 return ConnectProblem("host", f"the host name {what!r} does not resolve")
             return ConnectProblem("host", f"no server answers: {_first_line(text)}")
         return None
+
+
+def _names_array(param: str) -> ColumnElement[Any]:
+    """The bound parameter ``param`` as an array of names (its value an array literal)."""
+    return sa.cast(sa.bindparam(param, type_=sa.UnicodeText()), ARRAY(sa.Unicode()))
 
 
 def _first_line(text: str) -> str:

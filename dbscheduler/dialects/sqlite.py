@@ -170,6 +170,11 @@ class SQLiteDialect(Dialect):
         each = sa.func.json_each(sa.literal(json.dumps(list(names)))).table_valued("value")
         return column.in_(sa.select(each.c.value))
 
+    def names_table(self, param: str) -> tuple[sa.FromClause, ColumnElement[str]]:
+        each = (sa.func.json_each(sa.bindparam(param, type_=sa.UnicodeText()))
+                .table_valued("value").alias(f"{param}_h"))
+        return each, each.c.value
+
     def is_transient(self, exc: BaseException) -> bool:
         orig = driver_error(exc)
         if not isinstance(orig, sqlite3.Error):

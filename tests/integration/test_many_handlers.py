@@ -1,5 +1,5 @@
-"""Past the per-handler lookups (more than ``UNION_LIMIT`` handlers) the pick filters rows by
-one list of names written into the statement: names with quotes, percent signs, backslashes
+"""The pick and the poll take the node's handler names (up to ``UNION_LIMIT``) or the names it
+lacks (past it) as one bound parameter: names with quotes, percent signs, backslashes, braces
 and parameter-like text must reach the database as themselves, or their rows never run."""
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ def now_then_hourly(ctx: Any) -> datetime:
     return now if ctx is None else now + timedelta(hours=1)
 
 
-ODD = ["it's", "50%", "x%(y)s", "back\\slash", "back\\'quote", "ünï", "a:b", "$1", "?"]
+ODD = ["it's", "50%", "x%(y)s", "back\\slash", "back\\'quote", "ünï", "a:b", "$1", "?",
+       'dq"uote', "{br,ace}", "NULL", "sp ace"]
 
 
-def test_tasks_with_odd_names_run_past_the_per_handler_limit(
-    migrated: tuple[str, str]
-) -> None:
+@pytest.mark.parametrize("past_the_limit", [False, True], ids=["by-name", "by-lacked"])
+def test_tasks_with_odd_names_run(migrated: tuple[str, str], past_the_limit: bool) -> None:
     url, table = migrated
-    names = ODD + [f"plain-{i}" for i in range(UNION_LIMIT + 10 - len(ODD))]
-    assert len(names) > UNION_LIMIT
+    names = ODD + ([f"plain-{i}" for i in range(UNION_LIMIT + 10 - len(ODD))]
+                   if past_the_limit else [])
+    assert (len(names) > UNION_LIMIT) == past_the_limit
     ran: set[str] = set()
     lock = threading.Lock()
     scheduler = Scheduler(url, table=table, node_id="many", poll_interval=0.2, max_workers=8)

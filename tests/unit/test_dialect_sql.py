@@ -16,6 +16,7 @@ server (testcontainers or ``DBSCHEDULER_TEST_MSSQL_URL`` / ``DBSCHEDULER_TEST_OR
 
 from __future__ import annotations
 
+import json
 import re
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -676,7 +677,11 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
             "scheduled_tasks_groups WHERE scheduled_tasks_groups.max_running <= (SELECT "
             "count(grp_running.id) AS count_1 FROM scheduled_tasks AS grp_running WHERE "
             "grp_running.task_group = scheduled_tasks_groups.name AND ") in sql
-    assert ("AND scheduled_tasks.handler IN (?, ?) AND "
+    assert ("AND (scheduled_tasks.handler IN (SELECT p_names_h.name FROM (SELECT value "
+            "COLLATE Latin1_General_100_BIN2 AS name FROM OPENJSON(?)) AS p_names_h) OR ? = ? "
+            "AND scheduled_tasks.handler IS NOT NULL AND (scheduled_tasks.handler NOT IN "
+            "(SELECT p_lacking_h.name FROM (SELECT value COLLATE Latin1_General_100_BIN2 AS name "
+            "FROM OPENJSON(?)) AS p_lacking_h))) AND "
             "scheduled_tasks.next_process_at <= SYSUTCDATETIME() "
             "ORDER BY scheduled_tasks.priority DESC, scheduled_tasks.next_process_at) "
             "UPDATE dbscheduler_due SET ") in sql
@@ -705,19 +710,41 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
 def test_mssql_pick_respects_the_handler_filter_inside_the_locked_read(mssql: Rig) -> None:
     # Rows of handlers this node does not have must never be locked or taken: the filter is
     # in the CTE's WHERE, and it names this node's handlers (not every row's name).
+    # The names travel as one JSON parameter, so the text is the same for any number.
     mssql.store.pick(NODE, 2, LEASE, NAMES)
-    sql = mssql.db.one(r"^WITH dbscheduler_due AS").sql
+    sql = " ".join(mssql.db.one(r"^WITH dbscheduler_due AS").sql.split())
     cte = sql[: sql.index("UPDATE dbscheduler_due")]
-    assert "scheduled_tasks.handler IN (?, ?)" in cte, cte
-    assert set(NAMES) <= set(_param_values(mssql.db.one(r"^WITH dbscheduler_due AS")))
+    assert "scheduled_tasks.handler IN (SELECT p_names_h.name FROM (SELECT value" in cte, cte
+    assert json.dumps(sorted(NAMES)) in _param_values(mssql.db.one(r"^WITH dbscheduler_due AS"))
 
 
 def test_the_poll_looks_up_each_handler_by_the_handler_index(rig: Rig) -> None:
+    # One lookup per name of the bound list (the text is the same for any number of names),
+    # and one of the due-time index for a node that picks by the names it lacks.
     rig.store.poll(NAMES)
-    sql = rig.db.one(r"AS next_due").sql
-    assert sql.count("handler = ") == len(NAMES), sql
+    call = rig.db.one(r"AS next_due")
+    sql = call.sql
+    assert sql.count("handler = p_names_h.name") == 1, sql
     assert "UNION ALL" in sql, sql
+    assert json.dumps(sorted(NAMES)) in _param_values(call)
     assert "count(*)" not in sql, "an idle poll must not count the table"
+
+
+def test_the_pick_and_the_poll_read_the_same_for_two_names_and_five_thousand(rig: Rig) -> None:
+    # The names are one bound JSON parameter: the statement text (and the server's plan
+    # cache entry) does not grow with the node's names, and up to UNION_LIMIT names or past
+    # it only the parameters change.
+    def sent(names: list[str]) -> list[str]:
+        before = len(rig.db.calls)
+        rig.store._shape_checked = float("-inf")  # both polls check the table's shape too
+        rig.store.poll(names)
+        rig.store.pick(NODE, 5, LEASE, names)
+        return [c.sql for c in rig.db.calls[before:]]
+
+    few = sent(list(NAMES))
+    many = sent([*NAMES, *(f"other-{i}" for i in range(5_000))])
+    assert few == many
+    assert not any("other-" in s or "nightly-Report" in s for s in many)
 
 
 def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None:
@@ -739,12 +766,14 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     # The due condition is on the updated row itself: a row another picker took while this
     # statement waited for its lock is re-evaluated (write consistency) and skipped.
     assert "WHERE scheduled_tasks.paused = :paused_1 AND (scheduled_tasks.requires IS NULL" in sql
-    assert ("full_groups))) AND scheduled_tasks.handler IN "
-            "(:handler_1_1, :handler_1_2, :handler_1_3, :handler_1_4, :handler_1_5, "
-            ":handler_1_6, :handler_1_7) AND scheduled_tasks.next_process_at <= FROM_TZ(") in sql
+    assert ("full_groups))) AND (scheduled_tasks.handler IN (SELECT p_names_h.name FROM "
+            "(SELECT name FROM JSON_TABLE(:p_names, '$[*]' COLUMNS (name VARCHAR2(1020 CHAR) "
+            "PATH '$')) jt) p_names_h) OR :p_lacks = :param_1 AND ") in sql
+    assert ") AND scheduled_tasks.next_process_at <= FROM_TZ(" in sql
+    assert update.params["p_names"] == json.dumps(names) and update.params["p_lacks"] == 0
     assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
                      r"WHERE due\.paused = :paused_2 AND \(due\.requires IS NULL .* AND "
-                     r"due\.handler IN \(.*\) AND due\.next_process_at <= FROM_TZ\(.*"
+                     r"\(due\.handler IN \(.*\) AND due\.next_process_at <= FROM_TZ\(.*"
                      r"ORDER BY due\.priority DESC, due\.next_process_at FETCH FIRST 3 ROWS "
                      r"ONLY\)$", sql), sql
     assert not re.search(r"FOR UPDATE", " ".join(oracle.db.sql()))
