@@ -24,8 +24,12 @@ CLAIM = "c" * 32
 LEASE = 3.0
 
 
+Rig = tuple[sa.Engine, sa.Table, sa.Table, int]
+"""An engine, the scheduler table, the business table, and the id of the execution's row."""
+
+
 @pytest.fixture
-def rig(migrated: tuple[str, str]) -> Iterator[tuple[sa.Engine, sa.Table, sa.Table, int]]:
+def rig(migrated: tuple[str, str]) -> Iterator[Rig]:
     url, table_name = migrated
     engine = sa.create_engine(url)
     table = make_table(table_name)
@@ -54,21 +58,21 @@ def _written(engine: sa.Engine, effects: sa.Table) -> list[int]:
         return [r[0] for r in conn.execute(sa.select(effects.c.token))]
 
 
-def test_a_fenced_transaction_commits_while_the_lease_holds(rig) -> None:  # type: ignore[no-untyped-def]
+def test_a_fenced_transaction_commits_while_the_lease_holds(rig: Rig) -> None:
     engine, table, effects, id_ = rig
     with fenced(_fence(id_, table), engine) as conn:
         conn.execute(effects.insert().values(token=7))
     assert _written(engine, effects) == [7]
 
 
-def test_a_token_that_came_back_with_another_claim_is_refused(rig) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_that_came_back_with_another_claim_is_refused(rig: Rig) -> None:
     engine, table, effects, id_ = rig
     with pytest.raises(LeaseLost), fenced(_fence(id_, table, claim="z" * 32), engine) as conn:
         conn.execute(effects.insert().values(token=7))
     assert _written(engine, effects) == []
 
 
-def test_a_lease_ending_within_the_margin_is_refused_at_commit(rig) -> None:  # type: ignore[no-untyped-def]
+def test_a_lease_ending_within_the_margin_is_refused_at_commit(rig: Rig) -> None:
     engine, table, effects, id_ = rig
     dialect = dialect_for(engine)
     with engine.connect() as c:
@@ -84,7 +88,7 @@ def test_a_lease_ending_within_the_margin_is_refused_at_commit(rig) -> None:  # 
     assert _written(engine, effects) == []
 
 
-def test_a_row_taken_over_during_the_block_is_refused(rig) -> None:  # type: ignore[no-untyped-def]
+def test_a_row_taken_over_during_the_block_is_refused(rig: Rig) -> None:
     engine, table, effects, id_ = rig
     with pytest.raises(LeaseLost, match="at commit"), \
             fenced(_fence(id_, table), engine) as conn:
