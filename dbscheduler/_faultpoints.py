@@ -33,11 +33,19 @@ POINTS = (
     "alert",
     "push",
     "delivered",
+    "fenced_begin",
+    "fenced_check",
+    "fenced_exit",
+    "fenced_commit",
 )
 """Every point the engine reports; each is reached right after the named statement returned,
 before the code that follows it (a commit, the next statement, the Python that uses it).
 ``finish_history`` follows a run row written before its finish (databases where the two
-cannot be one statement); ``alert`` follows the conditional update of a lateness alert."""
+cannot be one statement); ``alert`` follows the conditional update of a lateness alert.
+The ``fenced_*`` points are inside a ``ctx.fenced`` transaction: ``fenced_begin`` after its
+bounds are set, before the first check; ``fenced_check`` after that check; ``fenced_exit``
+when the block has ended (after its last statement), before the final check;
+``fenced_commit`` after the final check, right before COMMIT."""
 
 
 def _armed() -> dict[str, int]:

@@ -247,7 +247,8 @@ class Poller:
         """The execution to run for a picked row (tracked by the heartbeat already), or
         ``None`` when it ends without running (its finish is on its way)."""
         task = self._tasks.for_row(row)
-        prepared = prepare(task, row, self._node_id, self._finisher, self._store.table_name)
+        prepared = prepare(task, row, self._node_id, self._finisher, self._store.table_name,
+                           lease=self._lease)
         if prepared is None:
             return None
         execution, state_error = prepared
@@ -268,7 +269,8 @@ class Poller:
 
 
 def prepare(
-    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str
+    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str,
+    *, lease: timedelta | None = None,
 ) -> tuple[Execution, str | None] | None:
     """The execution for a picked row, and why its stored state cannot be decoded (if so).
 
@@ -300,7 +302,9 @@ def prepare(
         created_at=row["created_at"],
         state=state,
         data=decode_state_safe(row.get("data"))[0],
-        fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name),
+        fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name,
+                    claim=row.get("claim"),
+                    **({} if lease is None else {"lease": lease.total_seconds()})),
         triggered_by=for_token(row.get("trigger_link"), int(row["total_attempt"])),
     )
     return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), state_error

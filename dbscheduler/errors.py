@@ -77,14 +77,17 @@ class DatabaseUnreachable(SchedulerError):
 
 class LeaseLost(SchedulerError):
     """``ctx.fenced(...)``: this execution no longer holds its row's lease (another node took
-    the task over, or the row is gone), so its transaction was rolled back, not committed."""
+    the task over, the row is gone, or the lease could not be confirmed before it ended), so
+    its transaction was rolled back, not committed. ``reason`` says which check refused it."""
 
-    def __init__(self, name: str, token: int, node: str) -> None:
+    def __init__(self, name: str, token: int, node: str, *, reason: str | None = None) -> None:
+        why = f" ({reason})" if reason else ""
         super().__init__(
             f"task {name!r}: execution {token} on node {node} no longer holds its lease (another "
-            "node took the task over, or its row was deleted); its fenced transaction was "
+            f"node took the task over, or its row was deleted){why}; its fenced transaction was "
             "rolled back"
         )
         self.name = name
         self.token = token
         self.node = node
+        self.reason = reason

@@ -225,7 +225,7 @@ class TestScheduler:
                 return self._runs[first:]
             for row in picked.rows:
                 prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher,
-                                   store.table_name)
+                                   store.table_name, lease=self._scheduler.lease)
                 if prepared is None:
                     continue
                 execution, state_error = prepared

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -25,12 +26,17 @@ from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
 from .common import (
+    FENCE_PAUSE,
+    FENCE_SLACK,
+    FENCE_TRIES,
     ConnectKind,
     ConnectProblem,
+    FenceBounds,
     PickedRow,
     db_now,
     db_now_plus,
     driver_error,
+    fence_conditions,
     first_int_arg,
     insert_if_absent_statement,
     pick_binds,
@@ -41,8 +47,9 @@ from .common import (
 )
 from .statement_cache import StatementCache
 
-__all__ = ["ConnectKind", "ConnectProblem", "Dialect", "ListenUnavailable", "PickedRow",
-           "db_now", "db_now_plus", "driver_error", "first_int_arg",
+__all__ = ["ConnectKind", "ConnectProblem", "Dialect", "FenceBounds", "ListenUnavailable",
+           "PickedRow", "db_now", "db_now_plus", "driver_error", "fence_conditions",
+           "first_int_arg",
            "insert_if_absent_statement", "row_dicts", "seconds_param"]
 
 log = engine_log("dbscheduler.dialects")
@@ -395,24 +402,109 @@ class Dialect(StatementCache):
         return None
 
     # -- fenced transactions -------------------------------------------------------------
+    # ``ctx.fenced`` (dbscheduler.fencing) drives these in this order, inside the user's
+    # transaction: fence_open, a first check (no lock), the user's statements, fence_final,
+    # the final check (locking), COMMIT, and fence_close once the transaction has ended.
+    fence_bounded: ClassVar[bool] = False
+    """The server ends a fenced transaction left idle past its bounds (see :meth:`fence_open`
+    and :meth:`fence_final`), so a node frozen inside one holds nothing for long."""
+
+    def fence_margin(self, conn: Connection, bounds: FenceBounds) -> float:
+        """Seconds of lease the final check demands beyond the database's now: at least the
+        longest the check statement and the idle time after it can last before the server
+        ends the transaction, so a COMMIT that is still accepted comes within the lease."""
+        return 2 * bounds.final + FENCE_SLACK
+
+    def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
+        """Bound the fenced transaction just begun on ``conn``: ended by the server when idle
+        longer than ``bounds.idle``. Nothing where the database cannot (see
+        :attr:`fence_bounded`)."""
+
+    def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
+        """Before the final check: bound that statement (its lock wait included) and the idle
+        time after it by ``bounds.final``."""
+
+    def commits_fenced(self, conn: Connection) -> bool:
+        """The database on ``conn`` can run the final check and the COMMIT as one statement
+        (:meth:`fence_commit`); otherwise the check (:meth:`hold_fence`), then COMMIT."""
+        return False
+
+    def fence_commit(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None,
+        *,
+        margin: float,
+    ) -> bool:
+        """The final check and the COMMIT as one statement the server runs without waiting
+        for the client in between: True committed, False refused (rolled back). Only where
+        :meth:`commits_fenced`."""
+        raise NotImplementedError(f"{self.name} cannot check and commit in one statement")
+
+    def fence_close(self, conn: Connection) -> None:
+        """After the fenced transaction ended (committed, rolled back, or its session gone):
+        give the session back the settings :meth:`fence_open` changed."""
+
     def fence_statement(
-        self, table: sa.Table, id_: int, token: int, node_id: str
+        self,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
     ) -> sa.Select[Any]:
-        """Select the row if it still belongs to the execution ``(id_, token, node_id)``,
-        locking it for share until the transaction ends (``FOR SHARE``)."""
-        t = table
-        return (
-            sa.select(t.c.id)
-            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
-            .with_for_update(read=True)
-        )
+        """Select the row if it still belongs to the execution ``(id_, token, node_id,
+        claim)`` and, with ``margin``, its lease runs at least that many seconds past the
+        database's now; with ``lock``, lock it for share until the transaction ends
+        (``FOR SHARE``) so no other node can take it over meanwhile."""
+        stmt = sa.select(table.c.id).where(
+            *fence_conditions(table, id_, token, node_id, claim, margin))
+        return stmt.with_for_update(read=True) if lock else stmt
 
     def hold_fence(
-        self, conn: Connection, table: sa.Table, id_: int, token: int, node_id: str
+        self,
+        conn: Connection,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
     ) -> bool:
         """Inside the user's transaction on ``conn``: whether the execution still owns its
-        row; if so the row stays locked against a takeover until that transaction ends."""
-        return conn.execute(self.fence_statement(table, id_, token, node_id)).first() is not None
+        row (with ``margin`` seconds of lease left); with ``lock`` the row then stays locked
+        against a takeover until that transaction ends."""
+        stmt = self.fence_statement(table, id_, token, node_id, claim, margin=margin, lock=lock)
+        for tried in range(1, FENCE_TRIES + 1):
+            try:
+                return conn.execute(stmt).first() is not None
+            except sa.exc.DBAPIError as exc:
+                # A lock refused fails only that statement, not the transaction (InnoDB,
+                # SQL Server and Oracle alike): the row was held for a moment (this node's
+                # own heartbeat, another node's pick); look again.
+                if tried == FENCE_TRIES or not self.fence_lock_refused(exc):
+                    raise
+            time.sleep(FENCE_PAUSE)
+        raise AssertionError("unreachable")
+
+    def fence_lock_refused(self, exc: BaseException) -> bool:
+        """``exc`` is the final check's lock refused at once (where :meth:`fence_statement`
+        asks for it without waiting): the check is tried again."""
+        return False
+
+    def fence_ended(self, exc: BaseException) -> bool:
+        """``exc`` says the server ended or refused the fenced transaction by its own bounds
+        (idle too long, the check's lock or statement time out): nothing was committed."""
+        return False
 
     # -- wake-ups ------------------------------------------------------------------------
     def notify(self, conn: Connection, channel: str, payload: str) -> None:

@@ -16,10 +16,10 @@ from sqlalchemy.sql.functions import FunctionElement
 from .types import UTCDateTime
 
 __all__ = [
-    "PICKED", "ConnectKind", "ConnectProblem", "PickedRow", "db_now", "db_now_plus",
-    "driver_error", "first_int_arg", "insert_if_absent_statement", "names_from_text",
-    "pick_binds", "pick_limit",
-    "pick_params", "picked_columns", "row_dicts", "seconds_param",
+    "FENCE_PAUSE", "FENCE_SLACK", "FENCE_TRIES", "PICKED", "ConnectKind", "ConnectProblem",
+    "FenceBounds", "PickedRow", "db_now", "db_now_plus", "driver_error", "fence_conditions",
+    "first_int_arg", "insert_if_absent_statement", "names_from_text", "pick_binds",
+    "pick_limit", "pick_params", "picked_columns", "row_dicts", "seconds_param",
 ]
 
 PickedRow = Mapping[str, Any]
@@ -31,12 +31,14 @@ PICKED: tuple[str, ...] = (
     "id", "queue_name", "handler", "schedule", "options", "payload", "data", "created_at",
     "attempt", "reenqueue_attempt", "total_attempt", "last_started_at", "priority",
     "task_group", "trigger_link", "prev_locked_by", "prev_next_process_at",
-    "prev_last_started_at",
+    "prev_last_started_at", "claim",
 )
 """The columns a pick returns: what running a picked row takes. The others (a last error of
 up to 2,000 characters, timestamps nothing reads there) cost every picked row their transfer
 and conversion, a quarter of the node's CPU for a pick; the rare execution that reports its
-whole row (a lost one) reads it."""
+whole row (a lost one) reads it. ``claim`` is the pick's random stamp: with the token it
+identifies the execution for ``ctx.fenced``, even where the token comes back after a
+failover lost the last commits."""
 
 
 def picked_columns(table: sa.FromClause) -> list[sa.ColumnElement[Any]]:
@@ -106,6 +108,46 @@ def pick_binds(table: sa.Table) -> dict[str, ColumnElement[Any]]:
 def pick_params(claim: str, node_id: str, lease: timedelta) -> dict[str, Any]:
     """The values of :func:`pick_binds` for one pick."""
     return {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
+
+
+FENCE_TRIES = 10
+"""Tries of a fenced transaction's final check where it never waits for a lock (MySQL,
+SQL Server, Oracle) while another session holds the row for a moment."""
+FENCE_PAUSE = 0.01
+"""Seconds between those tries."""
+FENCE_SLACK = 0.05
+"""Seconds a fenced transaction's final check demands on top of its bounds: the server's
+timers fire a little late, and the COMMIT takes its own time to arrive."""
+
+
+@dataclass(frozen=True)
+class FenceBounds:
+    """How long the server lets a fenced transaction sit idle (``idle`` seconds, from its
+    start to its final check) and how long the final check and the idle time after it may
+    each last (``final`` seconds) before it ends the transaction.
+
+    >>> FenceBounds(idle=2.0, final=0.3).final
+    0.3
+    """
+
+    idle: float
+    final: float
+
+
+def fence_conditions(
+    table: sa.Table, id_: int, token: int, node_id: str, claim: str | None,
+    margin: float | None,
+) -> list[ColumnElement[bool]]:
+    """The row is still the execution's: its id, fencing token, node and the pick's claim
+    (a token that came back after a failover has another claim); with ``margin``, its lease
+    also ends more than that many seconds after the database's now."""
+    t = table
+    conditions = [t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id]
+    if claim is not None:
+        conditions.append(t.c.claim == claim)
+    if margin is not None:
+        conditions.append(t.c.next_process_at > db_now_plus(margin))
+    return conditions
 
 
 def seconds_param(name: str) -> ColumnElement[float]:

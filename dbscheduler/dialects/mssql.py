@@ -47,6 +47,7 @@ from .base import (
     db_now,
     db_now_plus,
     driver_error,
+    fence_conditions,
     insert_if_absent_statement,
     row_dicts,
 )
@@ -56,11 +57,13 @@ PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
 
 INSERT_GUARD_HINTS = "WITH (UPDLOCK, HOLDLOCK)"
-FENCE_HINTS = "WITH (HOLDLOCK, ROWLOCK)"
-"""A fenced transaction's check: a shared row lock kept until the transaction ends."""
 """Hints of the registration's existence probe: ``HOLDLOCK`` (serializable) keeps a key-range
 lock on the absent name until commit, ``UPDLOCK`` makes two probes of the same range queue up
 instead of deadlocking; the same protection as ``MERGE … WITH (HOLDLOCK)``."""
+
+FENCE_HINTS = "WITH (HOLDLOCK, ROWLOCK, NOWAIT)"
+"""A fenced transaction's final check: a shared row lock kept until the transaction ends,
+refused at once (error 1222) when another session holds the row."""
 
 IN_LIST_LIMIT = 1000
 """Longest name list sent as plain ``IN (?, …)``; SQL Server allows 2,100 parameters per
@@ -153,15 +156,24 @@ class MSSQLDialect(Dialect):
 
     # -- the pick ------------------------------------------------------------------------
     def fence_statement(
-        self, table: sa.Table, id_: int, token: int, node_id: str
+        self,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
     ) -> sa.Select[Any]:
-        # A shared row lock held to the end of the transaction (SQL Server has no FOR SHARE).
+        # A shared row lock held to the end of the transaction (SQL Server has no FOR SHARE),
+        # refused at once rather than waited for (NOWAIT: the check looks again).
         t = table
-        return (
-            sa.select(t.c.id)
-            .with_hint(t, FENCE_HINTS, "mssql")
-            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
-        )
+        stmt = sa.select(t.c.id).where(*fence_conditions(t, id_, token, node_id, claim, margin))
+        return stmt.with_hint(t, FENCE_HINTS, "mssql") if lock else stmt
+
+    def fence_lock_refused(self, exc: BaseException) -> bool:
+        return 1222 in _odbc_error(exc)[1]  # lock request time out period exceeded
 
     def is_transient(self, exc: BaseException) -> bool:
         state, codes = _odbc_error(exc)

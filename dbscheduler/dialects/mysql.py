@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,17 +37,36 @@ from ..logfields import engine_log
 from .base import (
     ConnectProblem,
     Dialect,
+    FenceBounds,
     PickedRow,
     db_now,
     db_now_plus,
     driver_error,
     first_int_arg,
 )
-from .common import names_from_text, pick_binds, pick_params
+from .common import (
+    FENCE_PAUSE,
+    FENCE_SLACK,
+    FENCE_TRIES,
+    fence_conditions,
+    names_from_text,
+    pick_binds,
+    pick_params,
+)
 from .sessions import idle_transaction_timeout
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
 """ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
+LOCK_REFUSED = frozenset({1205, 3572})
+"""ER_LOCK_WAIT_TIMEOUT (MariaDB's answer to NOWAIT), ER_LOCK_NOWAIT (MySQL's)."""
+FENCE_ENDED = frozenset({1969, 3024, 4031, 2006, 2013})
+"""max_statement_time exceeded (MariaDB), max_execution_time exceeded (MySQL), disconnected
+for inactivity (MySQL), server gone, connection lost: a fenced transaction ended by the bounds
+it set itself (the server closes the session of an idle transaction)."""
+SIGNALLED = 1644
+"""ER_SIGNAL_EXCEPTION: a SIGNAL of SQLSTATE 45000."""
+FENCE_REFUSED = "dbscheduler: fenced transaction refused"
+"""The message the one-statement check-and-commit signals when the row is no longer ours."""
 NO_SUCH_TABLE = 1146
 READ_ONLY = frozenset({1290, 1792})
 """ER_OPTION_PREVENTS_STATEMENT (``--read-only``), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION."""
@@ -226,6 +246,115 @@ class MySQLDialect(Dialect):
         stmt = mysql_insert(table).on_duplicate_key_update(id=table.c.id)
         conn.execute(stmt, list(rows))
 
+    # -- fenced transactions -------------------------------------------------------------
+    # Neither server has a transaction-scoped setting: the session's are saved in user
+    # variables by the same SET that changes them (assignments run left to right), and put
+    # back by fence_close once the transaction has ended. MariaDB ends a session idle inside
+    # a transaction after idle_transaction_timeout; MySQL has no such variable, but
+    # wait_timeout ends any session idle that long, which, set for the length of the block,
+    # is the same bound. Both count whole seconds, so on MariaDB the final check and the
+    # COMMIT are one statement (fence_commit) and nothing is left to bound between them.
+    fence_bounded = True
+
+    def fence_margin(self, conn: Connection, bounds: FenceBounds) -> float:
+        if _is_mariadb(conn):
+            # Check and COMMIT run back to back inside the server: only its own time counts.
+            return bounds.final + FENCE_SLACK
+        return bounds.final + math.ceil(bounds.final) + FENCE_SLACK
+
+    def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
+        saved = ", ".join(f"@dbscheduler_fence_{i} = @@session.{name}"
+                          for i, name in enumerate(_fence_settings(conn)))
+        idle = _fence_settings(conn)[0]
+        conn.exec_driver_sql(f"SET {saved}, SESSION {idle} = {max(1, math.ceil(bounds.idle))}")
+
+    def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
+        if _is_mariadb(conn):
+            # fence_commit: no client round trip between the check and the COMMIT; the check
+            # inside it must not wait for a lock (NOWAIT is not allowed there), it is tried
+            # again instead.
+            conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 0")
+            return
+        idle, limit = _fence_settings(conn)
+        conn.exec_driver_sql(f"SET SESSION {idle} = {max(1, math.ceil(bounds.final))}, "
+                             f"SESSION {limit} = {max(1, round(bounds.final * 1000))}")
+
+    def commits_fenced(self, conn: Connection) -> bool:
+        return _is_mariadb(conn)
+
+    def fence_commit(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None,
+        *,
+        margin: float,
+    ) -> bool:
+        # An anonymous compound statement (MariaDB ≥ 10.1): the server checks and commits, or
+        # rolls back and signals, without waiting for the client in between.
+        t = table
+        check = (sa.select(t.c.id).where(*fence_conditions(t, id_, token, node_id, claim, margin))
+                 .with_for_update(read=True))
+        compiled = check.compile(dialect=conn.dialect)
+        sql = (f"BEGIN NOT ATOMIC IF EXISTS ({compiled}) THEN COMMIT; ELSE ROLLBACK; "
+               f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{FENCE_REFUSED}'; END IF; END")
+        for tried in range(1, FENCE_TRIES + 1):
+            try:
+                conn.exec_driver_sql(sql, compiled.params)
+                return True
+            except sa.exc.OperationalError as exc:
+                orig = driver_error(exc)
+                if first_int_arg(orig) == SIGNALLED and FENCE_REFUSED in str(orig):
+                    return False
+                if tried == FENCE_TRIES or not self.fence_lock_refused(exc):
+                    raise
+            time.sleep(FENCE_PAUSE)
+        raise AssertionError("unreachable")
+
+    def fence_close(self, conn: Connection) -> None:
+        if conn.closed or conn.invalidated:
+            return  # a session the server ended, or one given back: nothing to restore
+        restore = ", ".join(f"SESSION {name} = @dbscheduler_fence_{i}"
+                            for i, name in enumerate(_fence_settings(conn)))
+        # On the driver's connection: through SQLAlchemy the statement would begin a new
+        # transaction on a connection the user may have passed in.
+        try:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(f"SET {restore}")
+            finally:
+                cursor.close()
+        except Exception as exc:
+            # The server ended the session meanwhile: no pool may hand it out again.
+            log.debug("fenced transaction: session settings not restored: %s", exc)
+            conn.invalidate(exc)
+
+    def fence_statement(
+        self,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
+    ) -> sa.Select[Any]:
+        # NOWAIT: a lock wait here is bounded only in whole seconds (innodb_lock_wait_timeout),
+        # so the check looks again instead (Dialect.hold_fence).
+        stmt = sa.select(table.c.id).where(
+            *fence_conditions(table, id_, token, node_id, claim, margin))
+        return stmt.with_for_update(read=True, nowait=True) if lock else stmt
+
+    def fence_lock_refused(self, exc: BaseException) -> bool:
+        return first_int_arg(driver_error(exc)) in LOCK_REFUSED
+
+    def fence_ended(self, exc: BaseException) -> bool:
+        return first_int_arg(driver_error(exc)) in FENCE_ENDED | LOCK_REFUSED
+
     def is_transient(self, exc: BaseException) -> bool:
         return first_int_arg(driver_error(exc)) in TRANSIENT_ERRNOS
 
@@ -255,3 +384,16 @@ class MySQLDialect(Dialect):
             return ConnectProblem("starting", f"the server does not accept connections yet: "
                                               f"{text}")
         return None
+
+
+def _is_mariadb(conn: Connection) -> bool:
+    return bool(getattr(conn.dialect, "is_mariadb", False))
+
+
+def _fence_settings(conn: Connection) -> tuple[str, ...]:
+    """The session variables a fenced transaction changes on this server, the idle bound
+    first: MariaDB's idle transaction bound and its lock wait (for the check inside the
+    one-statement commit), MySQL's idle bound and its SELECTs' time (milliseconds)."""
+    if _is_mariadb(conn):
+        return "idle_transaction_timeout", "innodb_lock_wait_timeout"
+    return "wait_timeout", "max_execution_time"

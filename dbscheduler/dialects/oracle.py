@@ -51,6 +51,7 @@ from .base import (
     db_now,
     db_now_plus,
     driver_error,
+    fence_conditions,
     insert_if_absent_statement,
 )
 from .common import names_from_text
@@ -125,15 +126,25 @@ class OracleDialect(Dialect):
     name = "oracle"
 
     def fence_statement(
-        self, table: sa.Table, id_: int, token: int, node_id: str
+        self,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
     ) -> sa.Select[Any]:
-        # Oracle has no shared row lock: FOR UPDATE holds the row until the transaction ends.
+        # Oracle has no shared row lock: FOR UPDATE holds the row until the transaction ends;
+        # NOWAIT refuses it at once (ORA-00054) where another session holds it, and the check
+        # looks again.
         t = table
-        return (
-            sa.select(t.c.id)
-            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
-            .with_for_update()
-        )
+        stmt = sa.select(t.c.id).where(*fence_conditions(t, id_, token, node_id, claim, margin))
+        return stmt.with_for_update(nowait=True) if lock else stmt
+
+    def fence_lock_refused(self, exc: BaseException) -> bool:
+        return _oracle_code(exc) == "ORA-00054"  # resource busy, NOWAIT specified
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return ORA_TIMESTAMP(timezone=True)

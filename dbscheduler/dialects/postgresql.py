@@ -28,6 +28,7 @@ from sqlalchemy.types import TypeEngine
 from .base import (
     ConnectProblem,
     Dialect,
+    FenceBounds,
     ListenUnavailable,
     PickedRow,
     db_now,
@@ -41,6 +42,9 @@ from .pg_sessions import ServerWatch, session_settings, watch_of
 from .sessions import postgresql_options_names
 from .types import FalseDefault
 
+FENCE_ENDED_SQLSTATES = frozenset({"25P03", "55P03", "57014"})
+"""idle_in_transaction_session_timeout, lock_not_available (lock_timeout), query_canceled
+(statement_timeout): a fenced transaction ended by the bounds it set itself."""
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 """deadlock_detected, serialization_failure."""
 UNDEFINED_TABLE = "42P01"
@@ -381,6 +385,30 @@ class PostgreSQLDialect(Dialect):
         param = sa.bindparam(f"{name}_{key.name}", type_=sa.UnicodeText())
         return target == sa.any_(sa.cast(param, ARRAY(key.type)))
 
+    # -- fenced transactions -------------------------------------------------------------
+    fence_bounded = True
+
+    def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
+        # set_config(…, true) is SET LOCAL: the bound ends with the transaction, whatever the
+        # user's engine and session had. Only idleness is bounded here: the user's own
+        # statements may take as long as they take.
+        conn.execute(sa.select(_set_local("idle_in_transaction_session_timeout", bounds.idle)))
+
+    def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
+        # From here on the check may wait for a lock, run, and sit idle before COMMIT for at
+        # most bounds.final each; a frozen node's session is then ended by the server, its
+        # share lock with it, before the margin the check demanded has run out.
+        conn.execute(sa.select(*(_set_local(name, bounds.final) for name in (
+            "lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout"))))
+
+    def fence_ended(self, exc: BaseException) -> bool:
+        orig = driver_error(exc)
+        if getattr(orig, "sqlstate", None) in FENCE_ENDED_SQLSTATES:
+            return True
+        # The FATAL of an idle-in-transaction timeout reaches libpq with the closed socket,
+        # often without its SQLSTATE.
+        return "idle-in-transaction timeout" in str(orig)
+
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(channel, payload)))
 
@@ -424,6 +452,12 @@ class PostgreSQLDialect(Dialect):
 def _names_array(param: str) -> ColumnElement[Any]:
     """The bound parameter ``param`` as an array of names (its value an array literal)."""
     return sa.cast(sa.bindparam(param, type_=sa.UnicodeText()), ARRAY(sa.Unicode()))
+
+
+def _set_local(name: str, seconds: float) -> ColumnElement[Any]:
+    """``set_config(name, '<ms>', true)``: a setting for the rest of the transaction."""
+    ms = max(1, round(seconds * 1000))
+    return sa.func.set_config(name, str(ms), True)
 
 
 def _first_line(text: str) -> str:

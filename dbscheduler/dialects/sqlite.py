@@ -29,7 +29,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
-from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error
+from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, fence_conditions
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -154,14 +154,26 @@ class SQLiteDialect(Dialect):
         conn.execute(stmt.returning(table.c.id), list(rows))
 
     def hold_fence(
-        self, conn: Connection, table: sa.Table, id_: int, token: int, node_id: str
+        self,
+        conn: Connection,
+        table: sa.Table,
+        id_: int,
+        token: int,
+        node_id: str,
+        claim: str | None = None,
+        *,
+        margin: float | None = None,
+        lock: bool = True,
     ) -> bool:
+        if not lock:
+            return super().hold_fence(conn, table, id_, token, node_id, claim, margin=margin,
+                                      lock=False)
         # SQLite has no row locks: a write takes the database's write lock, held until the
         # transaction ends. A write that changes nothing does exactly that.
         t = table
         found = conn.execute(
             sa.update(t)
-            .where(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
+            .where(*fence_conditions(t, id_, token, node_id, claim, margin))
             .values(id=t.c.id)
         ).rowcount
         return bool(found)

@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fence-table", default=None, metavar="TABLE",
                    help="each execution ends by inserting (task, node, token) into TABLE "
                         "through ctx.fenced, logging 'fenced' or 'fence_refused'")
+    p.add_argument("--fence-only", default="", metavar="PREFIX",
+                   help="with --fence-table: only tasks whose name starts with PREFIX")
+    p.add_argument("--fence-engine", choices=("plain", "scheduler"), default="plain",
+                   help="with --fence-table: ctx.fenced on a plain sa.create_engine(url), or "
+                        "on the scheduler's own engine")
     p.add_argument("--isolated", action="append", default=[], metavar="NAME=FUNCTION",
                    help="also register task NAME running tests.harness.isolated.FUNCTION in a "
                         "child process (isolation='process')")
@@ -158,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     def options_for(name: str) -> dict[str, Any]:
         return next((o for prefix, o in task_options if name.startswith(prefix)), {})
 
-    fence_engine = sa.create_engine(args.url) if args.fence_table else None
+    fence_engine = (None if not args.fence_table
+                    else scheduler.engine if args.fence_engine == "scheduler"
+                    else sa.create_engine(args.url))
     effects = (sa.Table(args.fence_table, sa.MetaData(), sa.Column("task", sa.String(200)),
                         sa.Column("node", sa.String(200)), sa.Column("token", sa.Integer))
                if args.fence_table else None)
@@ -169,8 +176,13 @@ def main(argv: list[str] | None = None) -> None:
             with ctx.fenced(fence_engine) as conn:
                 conn.execute(effects.insert().values(task=ctx.name, node=args.node,
                                                      token=ctx.total_attempt))
-        except LeaseLost:
-            events.write("fence_refused", task=ctx.name, token=ctx.total_attempt)
+        except LeaseLost as exc:
+            events.write("fence_refused", task=ctx.name, token=ctx.total_attempt,
+                         reason=getattr(exc, "reason", None))
+        except Exception as exc:
+            events.write("fence_error", task=ctx.name, token=ctx.total_attempt,
+                         error=repr(exc)[:500])
+            raise
         else:
             events.write("fenced", task=ctx.name, token=ctx.total_attempt)
 
@@ -190,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
                     stopped = True
                     if not ignore_stop:
                         break
-            if fence_engine is not None:
+            if fence_engine is not None and ctx.name.startswith(args.fence_only):
                 fenced_write(ctx)
             events.write("end", task=ctx.name, token=ctx.total_attempt, start=start,
                          stop_requested=stopped)

@@ -14,7 +14,7 @@ from sqlalchemy.dialects import mssql, mysql, oracle, postgresql
 from dbscheduler.dialects import dialect_named
 from dbscheduler.migrate import offline_sql
 from dbscheduler.table import COLUMNS, make_table
-from tests.unit.test_dialect_sql import LEASE, NODE, Reply, Rig, _rig, ops, row
+from tests.unit.test_dialect_sql import LEASE, NODE, TABLE, Reply, Rig, _rig, ops, row
 
 
 @pytest.fixture(params=["mssql", "oracle"])
@@ -88,20 +88,66 @@ def test_group_limits_and_listing(rig: Rig) -> None:
         client.set_group_limit(" reports", 1)
 
 
-def test_the_fenced_check_holds_the_row_in_each_dialect() -> None:
+def test_the_fenced_checks_in_each_dialect() -> None:
+    # The final check holds the row (refused at once where a lock wait is bounded only in
+    # whole seconds, or not at all: MySQL, SQL Server, Oracle, which look again); both
+    # compare the token, node and claim, and the lease against the database clock.
     table = make_table()
-    for name, expected in [
+    for name, locked in [
         ("postgresql", r"WHERE .* FOR SHARE$"),
-        ("mysql", r"WHERE .* LOCK IN SHARE MODE$"),
-        ("mssql", r"FROM scheduled_tasks WITH \(HOLDLOCK, ROWLOCK\) WHERE"),
-        ("oracle", r"WHERE .* FOR UPDATE$"),
+        ("mysql", r"WHERE .* LOCK IN SHARE MODE NOWAIT$"),
+        ("mssql", r"FROM scheduled_tasks WITH \(HOLDLOCK, ROWLOCK, NOWAIT\) WHERE"),
+        ("oracle", r"WHERE .* FOR UPDATE NOWAIT$"),
     ]:
         backend = dialect_named(name)
         assert backend is not None
-        stmt = backend.fence_statement(table, 7, 12, NODE)
-        sql = " ".join(str(stmt.compile(dialect=_SA_DIALECTS[name]())).split())
-        assert re.search(expected, sql), (name, sql)
-        assert "scheduled_tasks.total_attempt = " in sql and "scheduled_tasks.locked_by = " in sql
+        for lock in (True, False):
+            stmt = backend.fence_statement(table, 7, 12, NODE, "c" * 32, margin=0.45,
+                                           lock=lock)
+            sql = " ".join(str(stmt.compile(dialect=_SA_DIALECTS[name]())).split())
+            assert bool(re.search(locked, sql)) is lock, (name, sql)
+            assert not re.search(r"FOR SHARE|LOCK IN|FOR UPDATE|HOLDLOCK", sql) or lock, sql
+            for column in ("id", "total_attempt", "locked_by", "claim"):
+                assert f"scheduled_tasks.{column} = " in sql, (name, column, sql)
+            assert "scheduled_tasks.next_process_at > " in sql, (name, sql)
+
+
+def test_a_fenced_transaction_on_sql_server_and_oracle(rig: Rig) -> None:
+    # Driven through the real fencing code on the fake driver: a first check without a lock,
+    # the user's statement, the final check holding the row and demanding the margin, then
+    # COMMIT; a final check that finds nothing is LeaseLost and rolls back.
+    from dbscheduler import LeaseLost
+    from dbscheduler.fencing import Fence, bounds_for, fenced
+
+    fence = Fence(TABLE, 7, 12, NODE, "pay", claim="c" * 32, lease=3.0)
+    rig.db.on(r"FROM scheduled_tasks", Reply(["id"], [(7,)]))
+    with fenced(fence, rig.engine) as conn:
+        conn.exec_driver_sql("INSERT INTO payments VALUES (1)")
+    checks = rig.db.find(r"SELECT scheduled_tasks.id\s+FROM scheduled_tasks")
+    assert len(checks) == 2, rig.db.sql()
+    first, final = (" ".join(c.sql.split()) for c in checks)
+    lock = "WITH (HOLDLOCK, ROWLOCK, NOWAIT)" if rig.backend == "mssql" else "FOR UPDATE NOWAIT"
+    assert lock not in first and lock in final, (first, final)
+    for sql in (first, final):
+        assert "scheduled_tasks.claim = " in sql and "scheduled_tasks.next_process_at > " in sql
+    statements = [" ".join(c.sql.split()) for c in rig.db.calls]
+    assert statements.index(first) < statements.index("INSERT INTO payments VALUES (1)") \
+        < statements.index(final), statements
+    # The margins travel as bound numbers: none at the first check, the final one's after.
+    with rig.engine.connect() as c:
+        margin = rig.store.dialect.fence_margin(c, bounds_for(3.0))
+    assert 0.0 in _values(checks[0].params) and margin in _values(checks[1].params), (
+        checks[0].params, checks[1].params, margin)
+    assert "c" * 32 in _values(checks[1].params)
+
+    rig.db.calls.clear()
+    rig.db.on(r"FOR UPDATE NOWAIT|NOWAIT\)", Reply(["id"], []))
+    with pytest.raises(LeaseLost, match="at commit"), fenced(fence, rig.engine) as conn:
+        conn.exec_driver_sql("INSERT INTO payments VALUES (2)")
+
+
+def _values(params: object) -> list[object]:
+    return list(params.values()) if isinstance(params, dict) else list(params)  # type: ignore[call-overload]
 
 
 _SA_DIALECTS = {"postgresql": postgresql.dialect, "mysql": mysql.dialect,
