@@ -112,9 +112,45 @@ class TaskOptions:
         _PARSED[text] = options
         return options
 
+    @classmethod
+    def read(cls, text: str | None) -> TaskOptions:
+        """Read stored options back to run a row: ``ValueError`` naming what is wrong when the
+        text is not a JSON object or a known option has a value this version refuses (the
+        row must not run without the timeout or isolation it asked for). An option this
+        version does not know (a newer version's) is ignored.
+
+        >>> TaskOptions.read('{"priority": 3, "from_the_future": 1}').priority
+        3
+        >>> TaskOptions.read('{"timeout": "soon"}')
+        Traceback (most recent call last):
+        ...
+        ValueError: stored options: timeout must be a timedelta or a number of seconds, got 'soon'
+        """
+        if not text:
+            return _DEFAULT
+        cached = _READ.get(text)
+        if cached is not None:
+            return cached
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{text[:80]!r} is not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{text[:80]!r} is not a JSON object")
+        good: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key in KNOWN_OPTIONS:
+                good.update(_check(key, value, "stored options"))
+        options = cls(**good)
+        if len(_READ) > 10_000:
+            _READ.clear()
+        _READ[text] = options
+        return options
+
 
 _DEFAULT = DEFAULT_OPTIONS = TaskOptions()
 _PARSED: dict[str, TaskOptions] = {}
+_READ: dict[str, TaskOptions] = {}
 KNOWN_OPTIONS: frozenset[str] = frozenset(f.name for f in fields(TaskOptions))
 
 
