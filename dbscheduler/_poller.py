@@ -24,7 +24,7 @@ from .errors import SchemaMissing
 from .fencing import Fence
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread
-from .options import misfired
+from .options import check_tag, misfired
 from .runtime import Handlers
 from .table import RESERVED_PREFIX
 
@@ -292,6 +292,7 @@ def prepare(
         problem = problem or UnreadableRow(
             "next_process_at", "the stored time cannot be represented (a zero date, "
             "-infinity or text that is no time); the finish writes a readable one")
+    problem = problem or _control_problem(row)
     if row["prev_locked_by"] is not None and problem is None:
         decision = finisher.recover_lost(task, row)
         if decision is None:
@@ -326,6 +327,21 @@ def prepare(
         triggered_by=for_token(row.get("trigger_link"), int(row["total_attempt"])),
     )
     return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), problem
+
+
+def _control_problem(row: Mapping[str, Any]) -> UnreadableRow | None:
+    """What is wrong with the row's ``priority`` or ``task_group`` (a hand edit: the engine
+    writes them checked), if anything."""
+    priority = row.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        return UnreadableRow("priority", f"{priority!r} is not an integer")
+    group = row.get("task_group")
+    if group is not None:
+        try:
+            check_tag(group, "group", "stored")
+        except ValueError as exc:
+            return UnreadableRow("task_group", str(exc))
+    return None
 
 
 def skipped(execution: Execution) -> Ended:

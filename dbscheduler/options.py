@@ -186,7 +186,7 @@ def _check(key: str, value: Any, where: str) -> dict[str, Any]:
                              f"{_INT32 - 1}, got {value!r}")
         return {key: value}
     if key in ("group", "requires"):
-        return {key: None if value is None else _tag(value, key, where)}
+        return {key: None if value is None else check_tag(value, key, where)}
     if key == "isolation":
         if value not in ("thread", "process"):
             raise ValueError(f"{where}: isolation must be 'thread' or 'process', got {value!r}")
@@ -206,7 +206,14 @@ def _check(key: str, value: Any, where: str) -> dict[str, Any]:
     return {key: _seconds(value, key, where, allow_zero=False)}
 
 
-def _tag(value: Any, key: str, where: str) -> str:
+def check_tag(value: Any, key: str, where: str) -> str:
+    """``value`` as a group or tag name, or ``ValueError`` naming ``where`` and ``key``.
+
+    >>> check_tag(" gpu", "requires", "task 'x'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: task 'x': requires must be a non-empty string without leading or trailing ...
+    """
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise ValueError(f"{where}: {key} must be a non-empty string without leading or "
                          f"trailing white space, got {value!r}")
@@ -240,7 +247,7 @@ def node_tags(tags: Iterable[str], node_id: str) -> frozenset[str]:
     if isinstance(tags, str):
         raise ValueError(f"tags must be a collection of strings, not the string {tags!r} "
                          f"(write tags={{{tags!r}}})")
-    return frozenset({*(_tag(t, "tag", "Scheduler(tags=…)") for t in tags), node_id})
+    return frozenset({*(check_tag(t, "tag", "Scheduler(tags=…)") for t in tags), node_id})
 
 
 def jittered(at: datetime, options: TaskOptions, never: datetime) -> datetime:
