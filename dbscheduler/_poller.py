@@ -282,12 +282,16 @@ def prepare(
     """
     now: datetime = row["last_started_at"]
     scheduled_at: datetime = row["prev_next_process_at"]
-    attempt = int(row["attempt"])
+    id_, token = int(row["id"]), int(row["total_attempt"])  # the pick's own arithmetic
     problem: UnreadableRow | None = None
     try:
         task = tasks.for_row(row)
     except UnreadableRow as exc:
         task, problem = tasks.stand_in(row), exc
+    # SQLite keeps text in an INTEGER column; the pick's "attempt + 1" reads it as 0.
+    attempt, bad = _count(row, "attempt", 1)
+    reenqueue_attempt, bad_reenqueue = _count(row, "reenqueue_attempt", 0)
+    problem = problem or bad or bad_reenqueue
     if scheduled_at == UNREADABLE_TIME:
         problem = problem or UnreadableRow(
             "next_process_at", "the stored time cannot be represented (a zero date, "
@@ -316,24 +320,33 @@ def prepare(
         name=task.name,
         node_id=node_id,
         attempt=attempt,
-        reenqueue_attempt=int(row["reenqueue_attempt"]),
-        total_attempt=int(row["total_attempt"]),
+        reenqueue_attempt=reenqueue_attempt,
+        total_attempt=token,
         scheduled_at=min(scheduled_at, now),
         started_at=now,
         created_at=row["created_at"],
         state=state,
         data=data,
-        fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name),
-        triggered_by=for_token(row.get("trigger_link"), int(row["total_attempt"])),
+        fence=Fence(table, id_, token, node_id, task.name),
+        triggered_by=for_token(row.get("trigger_link"), token),
     )
-    return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), problem
+    return Execution(task, ctx, id_, token), problem
+
+
+def _count(row: Mapping[str, Any], column: str, instead: int) -> tuple[int, UnreadableRow | None]:
+    """The counter ``column`` of ``row``, or ``instead`` and why it cannot be read."""
+    value = row[column]
+    try:
+        return int(value), None
+    except (TypeError, ValueError):
+        return instead, UnreadableRow(column, f"{value!r} is not an integer")
 
 
 def _control_problem(row: Mapping[str, Any]) -> UnreadableRow | None:
     """What is wrong with the row's ``priority`` or ``task_group`` (a hand edit: the engine
     writes them checked), if anything."""
     priority = row.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
+    if isinstance(priority, (str, bytes)):  # only SQLite can hold one: elsewhere a number
         return UnreadableRow("priority", f"{priority!r} is not an integer")
     group = row.get("task_group")
     if group is not None:

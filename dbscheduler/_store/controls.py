@@ -155,11 +155,13 @@ def _over_limit(store: Store, mine: dict[str, list[PickedRow]]) -> list[PickedRo
 
 
 def _pick_order(row: PickedRow) -> tuple[int, Any, int]:
-    priority = row["priority"]
-    # SQLite keeps a hand-written 'high' in an INTEGER column: one such row must not fail
-    # the whole pick (the poller fails that row's execution alone).
-    return (-priority if isinstance(priority, int) else 0, row["prev_next_process_at"],
-            int(row["id"]))
+    try:
+        priority = int(row["priority"])
+    except (TypeError, ValueError):
+        # SQLite keeps a hand-written 'high' in an INTEGER column: one such row must not
+        # fail the whole pick (the poller fails that row's execution alone).
+        priority = 0
+    return (-priority, row["prev_next_process_at"], int(row["id"]))
 
 
 def _give_back(store: Store, node_id: str, rows: list[PickedRow]) -> None:
