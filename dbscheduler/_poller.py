@@ -293,6 +293,7 @@ def prepare(
     reenqueue_attempt, bad_reenqueue = _count(row, "reenqueue_attempt", 0)
     problem = problem or bad or bad_reenqueue
     if scheduled_at == UNREADABLE_TIME:
+        scheduled_at = now  # not year 1 in the run history, the metrics, the listeners
         problem = problem or UnreadableRow(
             "next_process_at", "the stored time cannot be represented (a zero date, "
             "-infinity or text that is no time); the finish writes a readable one")

@@ -297,3 +297,23 @@ def test_a_handler_no_node_has_waits_without_a_pick_and_is_marked(outcome: Outco
     assert "unknown: no node ran it" in str(handler_text(info, late))
     for healthy in HEALTHY:
         assert outcome.runs[healthy] >= 5, outcome.runs
+
+
+def test_postgresql_reads_infinite_timestamps_instead_of_failing(tmp_path: Path) -> None:
+    from dbscheduler.dialects import prepare_engine
+    from dbscheduler.dialects.types import UNREADABLE_TIME, UTCDateTime
+
+    engine = sa.create_engine(backend_url("postgresql", tmp_path))
+    prepare_engine(engine)
+    try:
+        with engine.connect() as conn:
+            values = conn.execute(sa.select(
+                sa.literal_column("'-infinity'::timestamptz", UTCDateTime()),
+                sa.literal_column("'infinity'::timestamptz", UTCDateTime()),
+                sa.literal_column("'2026-11-26 12:00:00+00'::timestamptz", UTCDateTime()),
+            )).one()
+    finally:
+        engine.dispose()
+    assert values[0] == UNREADABLE_TIME
+    assert values[1] == datetime.max.replace(tzinfo=timezone.utc)
+    assert values[2] == datetime(2026, 11, 26, 12, tzinfo=timezone.utc)
