@@ -86,8 +86,9 @@ class TaskOptions:
 
     @classmethod
     def from_json(cls, text: str | None) -> TaskOptions:
-        """Read stored options back. Lenient: a row written by hand or by a newer version
-        with an unknown or invalid option runs with that option at its default (logged)."""
+        """Read stored options back to show them (``list``, ``show``, ``info()``). Lenient:
+        an unknown or invalid option is shown at its default (logged). A node reads a row's
+        options to run it with :meth:`read`, which refuses what it cannot use."""
         if not text:
             return _DEFAULT
         cached = _PARSED.get(text)
@@ -98,7 +99,8 @@ class TaskOptions:
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
-            log.warning("stored options %r cannot be read (%s); using the defaults", text, exc)
+            log.warning("stored options %r cannot be read (%s); shown as the defaults",
+                        text, exc)
             raw = {}
         good: dict[str, Any] = {}
         for key, value in raw.items():
