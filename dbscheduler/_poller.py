@@ -350,12 +350,20 @@ def _control_problem(row: Mapping[str, Any]) -> UnreadableRow | None:
     if isinstance(priority, (str, bytes)):  # only SQLite can hold one: elsewhere a number
         return UnreadableRow("priority", f"{priority!r} is not an integer")
     group = row.get("task_group")
-    if group is not None:
+    if group is not None and group not in _GOOD_GROUPS:
         try:
             check_tag(group, "group", "stored")
         except ValueError as exc:
             return UnreadableRow("task_group", str(exc))
+        if len(_GOOD_GROUPS) > 10_000:
+            _GOOD_GROUPS.clear()
+        _GOOD_GROUPS.add(group)
     return None
+
+
+_GOOD_GROUPS: set[str] = set()
+"""Group names already checked: checking one character by character costs a fifth of
+preparing its row, for every grouped row picked."""
 
 
 def skipped(execution: Execution) -> Ended:
