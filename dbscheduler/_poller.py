@@ -10,20 +10,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._clock import Clock
-from ._execution import Ended, Execution, TaskDef, describe_error, truncate
+from ._execution import Ended, Execution, describe_error
 from ._executor import Executor
 from ._faults import FaultLog
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat, safety_margin
-from ._store import Store, decode_state, decode_state_safe
+from ._store import Store, decode_state
 from ._trace_links import for_token
+from ._unreadable import UNREADABLE_TIME, Episodes, UnreadableRow
 from ._wakeup import Wakeup
 from .context import UNSET, TaskContext
 from .errors import SchemaMissing
 from .fencing import Fence
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread
-from .options import misfired
+from .options import check_tag, misfired
 from .runtime import Handlers
 from .table import RESERVED_PREFIX
 
@@ -80,6 +81,7 @@ class Poller:
         self._next_due_known = False
         self._margin = safety_margin(lease)
         self._gather_until: float | None = None
+        self._unreadable = Episodes()
         self._thread = engine_thread(self._run, "dbscheduler-poller")
 
     def start(self) -> None:
@@ -246,68 +248,124 @@ class Poller:
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> Execution | None:
         """The execution to run for a picked row (tracked by the heartbeat already), or
         ``None`` when it ends without running (its finish is on its way)."""
-        task = self._tasks.for_row(row)
-        prepared = prepare(task, row, self._node_id, self._finisher, self._store.table_name,
-                           lease=self._lease)
+        prepared = prepare(self._tasks, row, self._node_id, self._finisher,
+                           self._store.table_name, lease=self._lease)
         if prepared is None:
             return None
-        execution, state_error = prepared
+        execution, problem = prepared
         # The database set the lease after the pick was sent: it surely ends after this.
         execution.lease_until = sent + self._lease.total_seconds()
         execution.margin = self._margin
         self._heartbeat.track(execution)
-        if state_error is not None:
+        if problem is not None:
             # Only this execution fails, through the normal fenced finish (its lease is not
-            # left hanging); the stored text stays as it is for someone to look at.
-            self._finisher.put(undecodable(execution, state_error))
+            # left hanging, and giving it back would have it picked again at once); the
+            # stored values stay as they are for someone to look at.
+            self._finisher.put(self._unreadable.failed(execution, problem))
             return None
+        self._unreadable.readable(execution.task.name, execution.token)
         ctx = execution.ctx
-        if misfired(task.options, ctx.scheduled_at, ctx.started_at):
+        if misfired(execution.task.options, ctx.scheduled_at, ctx.started_at):
             self._finisher.put(skipped(execution))
             return None
         return execution
 
 
 def prepare(
-    task: TaskDef, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str,
+    tasks: Handlers, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str,
     *, lease: timedelta | None = None,
-) -> tuple[Execution, str | None] | None:
-    """The execution for a picked row, and why its stored state cannot be decoded (if so).
+) -> tuple[Execution, UnreadableRow | None] | None:
+    """The execution for a picked row, and the column that cannot be read (if one cannot:
+    then the execution must fail without running, see :mod:`dbscheduler._unreadable`).
 
     ``None`` when the row was held by a vanished node and its lost execution's failure
     settings put it back to a later time.
     """
     now: datetime = row["last_started_at"]
     scheduled_at: datetime = row["prev_next_process_at"]
-    attempt = int(row["attempt"])
-    if row["prev_locked_by"] is not None:
+    id_, token = int(row["id"]), int(row["total_attempt"])  # the pick's own arithmetic
+    problem: UnreadableRow | None = None
+    try:
+        task = tasks.for_row(row)
+    except UnreadableRow as exc:
+        task, problem = tasks.stand_in(row), exc
+    # SQLite keeps text in an INTEGER column; the pick's "attempt + 1" reads it as 0.
+    attempt, bad = _count(row, "attempt", 1)
+    reenqueue_attempt, bad_reenqueue = _count(row, "reenqueue_attempt", 0)
+    problem = problem or bad or bad_reenqueue
+    if scheduled_at == UNREADABLE_TIME:
+        scheduled_at = now  # not year 1 in the run history, the metrics, the listeners
+        problem = problem or UnreadableRow(
+            "next_process_at", "the stored time cannot be represented (a zero date, "
+            "-infinity or text that is no time); the finish writes a readable one")
+    problem = problem or _control_problem(row)
+    if row["prev_locked_by"] is not None and problem is None:
         decision = finisher.recover_lost(task, row)
         if decision is None:
             return None
         scheduled_at, attempt = decision
-    state_error: str | None = None
-    try:
-        state = decode_state(row["payload"])
-    except Exception as exc:  # not JSON, or nested too deep (RecursionError)
-        state = None
-        state_error = truncate(f"stored state cannot be decoded: {describe_error(exc)}")
+    state: Any = None
+    data: Any = None
+    if problem is None:
+        try:
+            state = decode_state(row["payload"])
+        except Exception as exc:  # not JSON, or nested too deep (RecursionError)
+            problem = UnreadableRow(
+                "payload", f"stored state cannot be decoded: {describe_error(exc)}")
+    if problem is None:
+        try:
+            data = decode_state(row.get("data"))
+        except Exception as exc:
+            problem = UnreadableRow(
+                "data", f"stored data cannot be decoded: {describe_error(exc)}")
     ctx = TaskContext(
         name=task.name,
         node_id=node_id,
         attempt=attempt,
-        reenqueue_attempt=int(row["reenqueue_attempt"]),
-        total_attempt=int(row["total_attempt"]),
+        reenqueue_attempt=reenqueue_attempt,
+        total_attempt=token,
         scheduled_at=min(scheduled_at, now),
         started_at=now,
         created_at=row["created_at"],
         state=state,
-        data=decode_state_safe(row.get("data"))[0],
-        fence=Fence(table, int(row["id"]), int(row["total_attempt"]), node_id, task.name,
-                    claim=row.get("claim"),
+        data=data,
+        fence=Fence(table, id_, token, node_id, task.name, claim=row.get("claim"),
                     **({} if lease is None else {"lease": lease.total_seconds()})),
-        triggered_by=for_token(row.get("trigger_link"), int(row["total_attempt"])),
+        triggered_by=for_token(row.get("trigger_link"), token),
     )
-    return Execution(task, ctx, int(row["id"]), int(row["total_attempt"])), state_error
+    return Execution(task, ctx, id_, token), problem
+
+
+def _count(row: Mapping[str, Any], column: str, instead: int) -> tuple[int, UnreadableRow | None]:
+    """The counter ``column`` of ``row``, or ``instead`` and why it cannot be read."""
+    value = row[column]
+    try:
+        return int(value), None
+    except (TypeError, ValueError):
+        return instead, UnreadableRow(column, f"{value!r} is not an integer")
+
+
+def _control_problem(row: Mapping[str, Any]) -> UnreadableRow | None:
+    """What is wrong with the row's ``priority`` or ``task_group`` (a hand edit: the engine
+    writes them checked), if anything."""
+    priority = row.get("priority", 0)
+    if isinstance(priority, (str, bytes)):  # only SQLite can hold one: elsewhere a number
+        return UnreadableRow("priority", f"{priority!r} is not an integer")
+    group = row.get("task_group")
+    if group is not None and group not in _GOOD_GROUPS:
+        try:
+            check_tag(group, "group", "stored")
+        except ValueError as exc:
+            return UnreadableRow("task_group", str(exc))
+        if len(_GOOD_GROUPS) > 10_000:
+            _GOOD_GROUPS.clear()
+        _GOOD_GROUPS.add(group)
+    return None
+
+
+_GOOD_GROUPS: set[str] = set()
+"""Group names already checked: checking one character by character costs a fifth of
+preparing its row, for every grouped row picked."""
 
 
 def skipped(execution: Execution) -> Ended:
@@ -319,14 +377,6 @@ def skipped(execution: Execution) -> Ended:
              "(misfire='skip')", late, execution.task.options.grace.total_seconds(),
              extra=about(ctx.name, ctx.total_attempt))
     return Ended(execution, "skipped", None, UNSET, None, time.monotonic())
-
-
-def undecodable(execution: Execution, state_error: str) -> Ended:
-    """How an execution whose stored state cannot be decoded ends: an error, without running,
-    keeping the stored text (``UNSET``)."""
-    log.error("%s; the execution fails without running", state_error,
-              extra=about(execution.task.name, execution.token))
-    return Ended(execution, "error", state_error, UNSET, None, time.monotonic())
 
 
 def next_backoff(backoff: float, poll_interval: float, lease: timedelta) -> float:

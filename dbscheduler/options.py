@@ -86,8 +86,9 @@ class TaskOptions:
 
     @classmethod
     def from_json(cls, text: str | None) -> TaskOptions:
-        """Read stored options back. Lenient: a row written by hand or by a newer version
-        with an unknown or invalid option runs with that option at its default (logged)."""
+        """Read stored options back to show them (``list``, ``show``, ``info()``). Lenient:
+        an unknown or invalid option is shown at its default (logged). A node reads a row's
+        options to run it with :meth:`read`, which refuses what it cannot use."""
         if not text:
             return _DEFAULT
         cached = _PARSED.get(text)
@@ -98,7 +99,8 @@ class TaskOptions:
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
-            log.warning("stored options %r cannot be read (%s); using the defaults", text, exc)
+            log.warning("stored options %r cannot be read (%s); shown as the defaults",
+                        text, exc)
             raw = {}
         good: dict[str, Any] = {}
         for key, value in raw.items():
@@ -112,9 +114,45 @@ class TaskOptions:
         _PARSED[text] = options
         return options
 
+    @classmethod
+    def read(cls, text: str | None) -> TaskOptions:
+        """Read stored options back to run a row: ``ValueError`` naming what is wrong when the
+        text is not a JSON object or a known option has a value this version refuses (the
+        row must not run without the timeout or isolation it asked for). An option this
+        version does not know (a newer version's) is ignored.
+
+        >>> TaskOptions.read('{"priority": 3, "from_the_future": 1}').priority
+        3
+        >>> TaskOptions.read('{"timeout": "soon"}')
+        Traceback (most recent call last):
+        ...
+        ValueError: stored options: timeout must be a timedelta or a number of seconds, got 'soon'
+        """
+        if not text:
+            return _DEFAULT
+        cached = _READ.get(text)
+        if cached is not None:
+            return cached
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{text[:80]!r} is not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{text[:80]!r} is not a JSON object")
+        good: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key in KNOWN_OPTIONS:
+                good.update(_check(key, value, "stored options"))
+        options = cls(**good)
+        if len(_READ) > 10_000:
+            _READ.clear()
+        _READ[text] = options
+        return options
+
 
 _DEFAULT = DEFAULT_OPTIONS = TaskOptions()
 _PARSED: dict[str, TaskOptions] = {}
+_READ: dict[str, TaskOptions] = {}
 KNOWN_OPTIONS: frozenset[str] = frozenset(f.name for f in fields(TaskOptions))
 
 
@@ -150,7 +188,7 @@ def _check(key: str, value: Any, where: str) -> dict[str, Any]:
                              f"{_INT32 - 1}, got {value!r}")
         return {key: value}
     if key in ("group", "requires"):
-        return {key: None if value is None else _tag(value, key, where)}
+        return {key: None if value is None else check_tag(value, key, where)}
     if key == "isolation":
         if value not in ("thread", "process"):
             raise ValueError(f"{where}: isolation must be 'thread' or 'process', got {value!r}")
@@ -170,7 +208,14 @@ def _check(key: str, value: Any, where: str) -> dict[str, Any]:
     return {key: _seconds(value, key, where, allow_zero=False)}
 
 
-def _tag(value: Any, key: str, where: str) -> str:
+def check_tag(value: Any, key: str, where: str) -> str:
+    """``value`` as a group or tag name, or ``ValueError`` naming ``where`` and ``key``.
+
+    >>> check_tag(" gpu", "requires", "task 'x'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: task 'x': requires must be a non-empty string without leading or trailing ...
+    """
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise ValueError(f"{where}: {key} must be a non-empty string without leading or "
                          f"trailing white space, got {value!r}")
@@ -204,7 +249,7 @@ def node_tags(tags: Iterable[str], node_id: str) -> frozenset[str]:
     if isinstance(tags, str):
         raise ValueError(f"tags must be a collection of strings, not the string {tags!r} "
                          f"(write tags={{{tags!r}}})")
-    return frozenset({*(_tag(t, "tag", "Scheduler(tags=…)") for t in tags), node_id})
+    return frozenset({*(check_tag(t, "tag", "Scheduler(tags=…)") for t in tags), node_id})
 
 
 def jittered(at: datetime, options: TaskOptions, never: datetime) -> datetime:

@@ -21,6 +21,7 @@ from ._durations import alert_after as checked_alert_after
 from ._execution import TaskDef, TaskFunction
 from ._store import RuntimeRow, refuse_reserved, validate_name
 from ._store.state import encode_state
+from ._unreadable import UnreadableRow
 from .failures import FailureSettings, NoRetry
 from .logfields import engine_log
 from .options import TaskOptions, jittered, options_from
@@ -171,8 +172,9 @@ class Handlers(Mapping[str, TaskDef]):
 
     def for_row(self, row: Mapping[str, Any]) -> TaskDef:
         """What runs a picked row: the declared task of that name when the row is its own,
-        else the row's handler with the row's stored schedule. Raises ``KeyError`` for a
-        handler this node does not have and ``ValueError`` for unreadable schedule text."""
+        else the row's handler with the row's stored schedule and options. Raises ``KeyError``
+        for a handler this node does not have and :class:`UnreadableRow` for schedule or
+        options text that cannot be read."""
         name, handler, text = row["queue_name"], row["handler"], row["schedule"]
         declared = self._declared(name)
         if declared is not None and handler == name and name not in self._handlers:
@@ -182,11 +184,26 @@ class Handlers(Mapping[str, TaskDef]):
         built = self._built.get(key)
         if built is None:
             template = self[handler]
-            schedule = parse(text) if text is not None else template.schedule
+            try:
+                schedule = parse(text) if text is not None else template.schedule
+            except ValueError as exc:
+                raise UnreadableRow("schedule", str(exc)) from None
+            try:
+                options = TaskOptions.read(stored)
+            except ValueError as exc:
+                raise UnreadableRow("options", str(exc)) from None
             built = TaskDef(name, template.fn, schedule, template.on_failure,
-                            template.takes_context, template.is_coroutine,
-                            TaskOptions.from_json(stored))
+                            template.takes_context, template.is_coroutine, options)
             if len(self._built) > 10_000:  # rows come and go (one-off jobs): stay bounded
                 self._built.clear()
             self._built[key] = built
         return built
+
+    def stand_in(self, row: Mapping[str, Any]) -> TaskDef:
+        """A definition to fail a row with that :meth:`for_row` cannot read: the row's name,
+        its handler's function (or the declared task's) and no schedule of its own."""
+        name, handler = row["queue_name"], row["handler"]
+        declared = self._declared(name)
+        template = declared if declared is not None and handler == name else self[handler]
+        return TaskDef(name, template.fn, Once(NEVER), template.on_failure,
+                       template.takes_context, template.is_coroutine)

@@ -42,7 +42,8 @@ from ._execution import Ended
 from ._executor import call
 from ._finisher import Finisher
 from ._heartbeat import Heartbeat
-from ._poller import prepare, skipped, undecodable
+from ._poller import prepare, skipped
+from ._unreadable import Episodes
 from .context import Status, TaskContext, TaskInfo
 from .listeners import Listeners, Outcome
 from .options import misfired
@@ -136,6 +137,7 @@ class TestScheduler:
                               lambda ex: None)
         self._finisher = Finisher(store, NODE_ID, heartbeat, listeners, lambda due: None,
                                   scheduler.poll_interval)
+        self._unreadable = Episodes()
         scheduler._ensure_schema()
         scheduler._register(list(scheduler._tasks.values()))
 
@@ -224,15 +226,15 @@ class TestScheduler:
             if not picked.rows:
                 return self._runs[first:]
             for row in picked.rows:
-                prepared = prepare(tasks.for_row(row), row, NODE_ID, self._finisher,
-                                   store.table_name, lease=self._scheduler.lease)
+                prepared = prepare(tasks, row, NODE_ID, self._finisher, store.table_name,
+                                   lease=self._scheduler.lease)
                 if prepared is None:
                     continue
-                execution, state_error = prepared
+                execution, problem = prepared
                 ended: Ended
                 ctx = execution.ctx
-                if state_error is not None:
-                    ended = undecodable(execution, state_error)
+                if problem is not None:
+                    ended = self._unreadable.failed(execution, problem)
                 elif misfired(execution.task.options, ctx.scheduled_at, ctx.started_at):
                     ended = skipped(execution)
                 else:

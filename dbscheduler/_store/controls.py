@@ -156,7 +156,13 @@ def _over_limit(store: Store, mine: dict[str, list[PickedRow]]) -> list[PickedRo
 
 
 def _pick_order(row: PickedRow) -> tuple[int, Any, int]:
-    return (-int(row["priority"]), row["prev_next_process_at"], int(row["id"]))
+    try:
+        priority = int(row["priority"])
+    except (TypeError, ValueError):
+        # SQLite keeps a hand-written 'high' in an INTEGER column: one such row must not
+        # fail the whole pick (the poller fails that row's execution alone).
+        priority = 0
+    return (-priority, row["prev_next_process_at"], int(row["id"]))
 
 
 def _give_back(store: Store, node_id: str, rows: list[PickedRow]) -> None:

@@ -38,6 +38,7 @@ from .base import (
 )
 from .common import pick_binds, pick_limit, pick_params, picked_columns
 from .pg_arrays import array_literal
+from .pg_infinity import register_infinity_loader
 from .pg_sessions import ServerWatch, session_settings, watch_of
 from .sessions import postgresql_options_names
 from .types import FalseDefault
@@ -93,6 +94,11 @@ class PostgreSQLDialect(Dialect):
 
     def timestamp_type(self) -> TypeEngine[Any]:
         return PG_TIMESTAMP(timezone=True, precision=6)
+
+    def configure_engine(self, engine: Engine) -> None:
+        # One row holding -infinity must not make every read of the table fail.
+        sa.event.listen(engine, "connect", lambda dbapi_conn, record:
+                        register_infinity_loader(dbapi_conn))
 
     def listen(
         self,

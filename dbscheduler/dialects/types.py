@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .base import Dialect
 
 __all__ = [
+    "UNREADABLE_TIME",
     "FalseDefault",
     "Flag",
     "UTCDateTime",
@@ -32,6 +33,12 @@ __all__ = [
     "text_type",
     "to_utc",
 ]
+
+UNREADABLE_TIME = datetime.min.replace(tzinfo=timezone.utc)
+"""What a stored timestamp Python cannot represent reads as (a MariaDB zero date, PostgreSQL's
+``-infinity``, SQLite text that is not a time): the earliest time there is, so that one such
+row never makes reading the table fail, and the engine that picks it can tell (and say so)."""
+
 
 
 def _backend(sa_dialect: SADialect) -> Dialect | None:
@@ -76,11 +83,15 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def to_utc(value: Any) -> datetime | None:
-    """Read a timestamp as any driver returns it (aware, naive-UTC or SQLite text)."""
+    """Read a timestamp as any driver returns it (aware, naive-UTC or SQLite text); text that
+    is no time (a zero date, a hand edit) reads as :data:`UNREADABLE_TIME`."""
     if value is None:
         return None
     if isinstance(value, str):
-        value = datetime.fromisoformat(value)
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return UNREADABLE_TIME
     if not isinstance(value, datetime):
         raise TypeError(f"expected a timestamp, got {value!r}")
     if value.tzinfo is None:
