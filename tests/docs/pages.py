@@ -8,7 +8,10 @@ A page's steps run in one Python namespace, top to bottom, as a reader would typ
 * ```` ```pycon ```` blocks (``>>>`` sessions) are run as doctests: their output must match;
 * ```` ```sh ```` and ```` ```console ```` blocks: their ``dbscheduler`` and ``python``
   command lines are run (in a console block, the lines starting with ``$``); ``$ echo $?``
-  followed by a number is the exit code the previous command must give (0 otherwise);
+  followed by a number is the exit code the previous command must give (0 otherwise); in a
+  console block, the lines shown after a command are its output, compared with what it
+  printed up to what changes between runs (times, counts, node ids, a live task's state:
+  ``run_page.normalized``; ``...`` stands for any lines), so that no shown output goes stale;
   installation lines and other programs are listed in ``NOT_RUN`` and skipped; any other
   command is an error, so that nothing is shown that no test runs;
 * an HTML comment ``<!-- test`` … ``-->`` holds hidden Python run at that point: set-up a
