@@ -174,6 +174,7 @@ class Page:
             exec(compile("\n" * (step.line - 1) + code, str(self.path), "exec"), self.namespace)
         elif step.kind == "file":
             assert step.title is not None
+            Path(step.title).parent.mkdir(parents=True, exist_ok=True)
             Path(step.title).write_text(code)
         elif step.kind == "pycon":
             self.doctest(code, step)
@@ -217,7 +218,8 @@ class Page:
         for command, status, shown in commands:
             output = self.command(command, status, interrupt, ready)
             if shown and output is not None:
-                self.compare(command, shown, output, logs=interrupt is not None)
+                logs = interrupt is not None or step.options.get("output") == "lines"
+                self.compare(command, shown, output, logs=logs)
 
     def compare(self, command: str, shown: list[str], output: str, logs: bool) -> None:
         """The output the page shows for ``command`` is what it printed, up to what changes
