@@ -17,12 +17,15 @@ import sqlalchemy as sa
 from django.db import connections
 from sqlalchemy.pool import SingletonThreadPool
 
+from ...logfields import engine_log
 from ._settings import settings_of
 
 if TYPE_CHECKING:
     from ...context import TaskContext
 
 __all__ = ["fenced", "sqlalchemy_engine"]
+
+log = engine_log("dbscheduler.contrib.django")
 
 
 def _current(alias: str) -> Any:
@@ -118,6 +121,13 @@ def fenced(ctx: TaskContext, using: str | None = None) -> Iterator[sa.Connection
         with engine.connect() as conn, ctx.fenced(conn) as inner:
             yield inner
     finally:
-        if django_conn.connection is not None:
-            django_conn.rollback()  # nothing is left open: a no-op after the commit
-            django_conn.set_autocommit(autocommit)
+        try:
+            if django_conn.connection is not None:
+                django_conn.rollback()  # nothing is left open: a no-op after the commit
+                django_conn.set_autocommit(autocommit)
+        except Exception:
+            # A connection that broke in the block: Django opens a new one when next used,
+            # and the block's own error is the one to see.
+            log.warning("fenced(): Django's connection %r could not be reset; closing it",
+                        alias, exc_info=True)
+            django_conn.close()
