@@ -50,7 +50,7 @@ NOT_RUN = (
     "gunicorn ", "flask ", "docker ", "kubectl ", "curl ", "cd ", "bash examples/",
     ".venv/bin/python -m bench", "python -m bench", ".venv/bin/python -m pytest",
     "python -m pytest", "DBSCHEDULER_TEST_", "kill ", ". .venv/bin/activate", "source ",
-    "tail ", "cat ", "python manage.py ",
+    "python manage.py ",
 )
 """Shell lines shown but not run: installing, other programs, and the benchmark and test
 suites (which have their own tests); a Django project's ``manage.py`` (tests/django runs one)."""

@@ -218,7 +218,8 @@ class Page:
         for command, status, shown in commands:
             output = self.command(command, status, interrupt, ready)
             if shown and output is not None:
-                logs = interrupt is not None or step.options.get("output") == "lines"
+                logs = (interrupt is not None or step.options.get("output") == "lines"
+                        or command.startswith(("tail ", "cat ")))  # a log file
                 self.compare(command, shown, output, logs=logs)
 
     def compare(self, command: str, shown: list[str], output: str, logs: bool) -> None:
@@ -247,6 +248,8 @@ class Page:
         if command.startswith(NOT_RUN):
             return None
         words = shlex.split(command)
+        if words[0] in ("tail", "cat"):
+            return self.read(command, words)
         if words[0] == "export":
             name, _, value = words[1].partition("=")
             self.env[name] = value
@@ -308,6 +311,19 @@ class Page:
         sys.stderr.write(printed)
         if proc.returncode != status:
             raise StepFailed(f"{command!r} exited {proc.returncode}, the page says {status}")
+        return printed
+
+    def read(self, command: str, words: list[str]) -> str:
+        """``cat FILE`` and ``tail -n N FILE`` of a file the page's programs wrote."""
+        print(f"$ {command}", file=sys.stderr, flush=True)
+        *options, name = words[1:]
+        lines = Path(name).read_text().splitlines(keepends=True)
+        if words[0] == "tail":
+            if options[:1] != ["-n"] or len(options) != 2:
+                raise StepFailed(f"{command!r}: the runner knows `tail -n N FILE` only")
+            lines = lines[-int(options[1]):]
+        printed = "".join(lines)
+        sys.stderr.write(printed)
         return printed
 
     def in_process(self, command: str, args: list[str], env: dict[str, str], status: int) -> str:
