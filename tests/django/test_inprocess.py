@@ -115,7 +115,7 @@ def test_fenced_orm_writes_commit_only_under_the_lease(project: dict[str, Any],
             with fenced(ctx, using=alias):
                 Charge.objects.using(alias).create(note="kept")
             try:
-                with fenced(ctx, using=alias):
+                with fenced(ctx, connections[alias]):  # a connection works as its alias
                     Charge.objects.using(alias).create(note="rolled back")
                     raise RuntimeError("after the write")
             except RuntimeError:

@@ -85,8 +85,9 @@ def _leave_open(dbapi_connection: Any) -> None:
 
 
 @contextmanager
-def fenced(ctx: TaskContext, using: str | None = None) -> Iterator[sa.Connection]:
-    """``ctx.fenced`` on Django's connection ``using`` (default: the scheduler's database):
+def fenced(ctx: TaskContext, using: str | Any = None) -> Iterator[sa.Connection]:
+    """``ctx.fenced`` on Django's connection ``using`` (an alias of ``DATABASES``, or a
+    connection such as ``django.db.connection``; default: the scheduler's database):
     the block's ORM writes commit only if the execution still holds its lease, else
     :class:`~dbscheduler.LeaseLost` is raised and nothing is written.
 
@@ -103,7 +104,7 @@ def fenced(ctx: TaskContext, using: str | None = None) -> Iterator[sa.Connection
     inside it become savepoints). The SQLAlchemy connection it yields runs on the same
     transaction, for code that wants it.
     """
-    alias = using or settings_of().database
+    alias = getattr(using, "alias", using) or settings_of().database
     django_conn = connections[alias]
     if django_conn.in_atomic_block:
         raise ValueError(
