@@ -62,7 +62,71 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 """Execution time, 5 ms to an hour."""
 
 _ON_GLOBAL_REGISTRY: weakref.WeakSet[PrometheusMetrics] = weakref.WeakSet()
-"""Instances registered on prometheus_client's global registry (at most one can be)."""
+"""Instances registered on prometheus_client's global registry."""
+
+
+@dataclass
+class _Families:
+    """The metric families of one registry, shared by every instance created on it."""
+
+    per_task: bool
+    executions: Counter
+    execution_seconds: Histogram
+    start_lag: Histogram
+    running: Gauge
+    lease_lost: Counter
+    lost_executions: Counter
+    poll_errors: Counter
+    heartbeat_errors: Counter
+    picks: Counter
+    picked_rows: Counter
+    empty_picks: Counter
+    cluster: ClusterGauges | None = None
+
+
+# A registry refuses a second metric of the same name; a module imported twice (a reload, a
+# test runner, Django's autoreloader) makes a second PrometheusMetrics, which shares these.
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, _Families] = weakref.WeakKeyDictionary()
+_FAMILIES_LOCK = threading.Lock()
+
+
+def _families_of(r: CollectorRegistry, per_task: bool) -> _Families:
+    found = _FAMILIES.get(r)
+    if found is not None:
+        if found.per_task != per_task:
+            raise ValueError(
+                f"PrometheusMetrics(per_task={per_task}): this registry already has the "
+                f"metrics of a PrometheusMetrics with per_task={found.per_task}; use the same "
+                "per_task, or another registry"
+            )
+        return found
+    task = ("task",) if per_task else ()
+    made = _Families(
+        per_task=per_task,
+        executions=Counter("dbscheduler_executions", "Executions ended on this node",
+                           (*task, "status"), registry=r),
+        execution_seconds=Histogram(
+            "dbscheduler_execution_seconds", "Time from pick to the function's end", task,
+            buckets=DURATION_BUCKETS, registry=r),
+        start_lag=Histogram(
+            "dbscheduler_start_lag_seconds", "Start time minus due time, on the database clock",
+            buckets=LAG_BUCKETS, registry=r),
+        running=Gauge("dbscheduler_running", "Executions running on this node", registry=r),
+        lease_lost=Counter("dbscheduler_lease_lost", "Leases this node lost", registry=r),
+        lost_executions=Counter(
+            "dbscheduler_lost_executions",
+            "Executions of vanished nodes found by this node", registry=r),
+        poll_errors=Counter("dbscheduler_poll_errors", "Failed polls", registry=r),
+        heartbeat_errors=Counter("dbscheduler_heartbeat_errors", "Failed heartbeats",
+                                 registry=r),
+        picks=Counter("dbscheduler_picks", "Picks made because a row was due", registry=r),
+        picked_rows=Counter("dbscheduler_picked_rows", "Rows picked", registry=r),
+        empty_picks=Counter(
+            "dbscheduler_empty_picks",
+            "Picks that got no row although one was due (contention)", registry=r),
+    )
+    _FAMILIES[r] = made
+    return made
 
 
 class PrometheusMetrics(Listener):
@@ -70,7 +134,8 @@ class PrometheusMetrics(Listener):
 
     Args:
         registry: where the metrics are registered; the default is prometheus_client's global
-            registry (what :func:`serve` exposes by default). Two instances need two registries.
+            registry (what :func:`serve` exposes by default). Instances created on one
+            registry (a module imported twice) share its metrics, so they count together.
         per_task: label executions by task. With thousands of tasks, ``False`` keeps the
             number of series bounded (``{status}`` only).
         client: a :class:`~dbscheduler.Client` on the scheduler's table (``scheduler.client``)
@@ -92,39 +157,31 @@ class PrometheusMetrics(Listener):
         if self.registry is REGISTRY:
             _ON_GLOBAL_REGISTRY.add(self)
         self.per_task = per_task
-        task = ("task",) if per_task else ()
         r = self.registry
-        self.executions = Counter("dbscheduler_executions", "Executions ended on this node",
-                                  (*task, "status"), registry=r)
-        self.execution_seconds = Histogram(
-            "dbscheduler_execution_seconds", "Time from pick to the function's end", task,
-            buckets=DURATION_BUCKETS, registry=r)
-        self.start_lag = Histogram(
-            "dbscheduler_start_lag_seconds", "Start time minus due time, on the database clock",
-            buckets=LAG_BUCKETS, registry=r)
-        self.running = Gauge("dbscheduler_running", "Executions running on this node",
-                             registry=r)
-        self.lease_lost = Counter("dbscheduler_lease_lost", "Leases this node lost", registry=r)
-        self.lost_executions = Counter(
-            "dbscheduler_lost_executions",
-            "Executions of vanished nodes found by this node", registry=r)
-        self.poll_errors = Counter("dbscheduler_poll_errors", "Failed polls", registry=r)
-        self.heartbeat_errors = Counter("dbscheduler_heartbeat_errors", "Failed heartbeats",
-                                        registry=r)
-        self.picks = Counter("dbscheduler_picks", "Picks made because a row was due",
-                             registry=r)
-        self.picked_rows = Counter("dbscheduler_picked_rows", "Rows picked", registry=r)
-        self.empty_picks = Counter(
-            "dbscheduler_empty_picks", "Picks that got no row although one was due (contention)",
-            registry=r)
+        with _FAMILIES_LOCK:
+            families = _families_of(r, per_task)
+            if client is not None:
+                # The newest instance's client reports: the one a re-imported module made.
+                if families.cluster is not None:
+                    r.unregister(families.cluster)
+                families.cluster = ClusterGauges(client, overdue_after, refresh)
+                r.register(families.cluster)
+        self.executions = families.executions
+        self.execution_seconds = families.execution_seconds
+        self.start_lag = families.start_lag
+        self.running = families.running
+        self.lease_lost = families.lease_lost
+        self.lost_executions = families.lost_executions
+        self.poll_errors = families.poll_errors
+        self.heartbeat_errors = families.heartbeat_errors
+        self.picks = families.picks
+        self.picked_rows = families.picked_rows
+        self.empty_picks = families.empty_picks
         self._started: set[tuple[str, int]] = set()
         self._counters: dict[tuple[str, str], Counter] = {}
         self._histograms: dict[str, Histogram] = {}
         self._lock = threading.Lock()
-        self._cluster: ClusterGauges | None = None
-        if client is not None:
-            self._cluster = ClusterGauges(client, overdue_after, refresh)
-            r.register(self._cluster)
+        self._cluster = families.cluster if client is not None else None
 
     # -- listener hooks ------------------------------------------------------------------
     def on_started(self, ctx: TaskContext) -> None:

@@ -20,12 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
 
 from .dialects import dialect_named, names
+from .errors import SchedulerError
 from .table import DEFAULT_TABLE, REVISION, split_table_name
 
-__all__ = ["HEAD", "migrations_dir", "offline_sql", "quiet_alembic", "upgrade", "version_table_for"]
+__all__ = ["HEAD", "TableManagedElsewhere", "migrations_dir", "offline_sql", "quiet_alembic",
+           "upgrade", "version_table_for"]
 
 HEAD = f"dbscheduler_{REVISION:04d}"
 """The newest migration's revision id: what ``dbscheduler migrate`` upgrades a table to."""
@@ -97,11 +100,57 @@ with quiet_alembic():
     from alembic.config import Config
 
 
+class TableManagedElsewhere(SchedulerError):
+    """``upgrade`` (``dbscheduler migrate``) refuses a table its own version table does not
+    record: the user's Alembic manages it, or it was made by hand. Creating it again would
+    only fail on the existing table."""
+
+
 def upgrade(engine: Engine, table: str = DEFAULT_TABLE, revision: str = "heads") -> None:
-    """Create or upgrade ``table`` on ``engine``'s database to ``revision`` (online)."""
+    """Create or upgrade ``table`` on ``engine``'s database to ``revision`` (online).
+
+    Raises :class:`TableManagedElsewhere` when the table exists but ``<table>_version``
+    records no revision of it (your own Alembic manages it: upgrade it there).
+    """
     url = engine.url.render_as_string(hide_password=False)
     with quiet_alembic(), engine.begin() as conn:
+        _refuse_unrecorded(conn, table)
         command.upgrade(_config(url, table, connection=conn), revision)
+
+
+def _refuse_unrecorded(conn: Connection, table: str) -> None:
+    schema, name = split_table_name(table)
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(name, schema=schema):
+        return
+    version = version_table_for(table)
+    if inspector.has_table(version, schema=schema):
+        recorded = conn.execute(sa.select(sa.column("version_num", sa.String))
+                                .select_from(sa.table(version, schema=schema))).first()
+        if recorded is not None:
+            return
+    theirs: list[str] = []
+    for where in dict.fromkeys((schema, None)):  # the user's alembic_version, beside it or not
+        if inspector.has_table("alembic_version", schema=where):
+            theirs += [v for v in conn.execute(
+                sa.select(sa.column("version_num", sa.String))
+                .select_from(sa.table("alembic_version", schema=where))).scalars()
+                if str(v).startswith("dbscheduler_")]
+    if theirs:
+        raise TableManagedElsewhere(
+            f"table {table!r} is managed by your own Alembic: its alembic_version records "
+            f"{', '.join(sorted(theirs))} (dbscheduler's branch), and {version} records "
+            "nothing. Upgrade it where it was created, with `alembic upgrade heads` in your "
+            "project, not with `dbscheduler migrate` (docs/guides/alembic.md, \"One way per "
+            "table\")"
+        )
+    raise TableManagedElsewhere(
+        f"table {table!r} exists, but {version} records no revision of it: it was made by "
+        "hand or by another tool, and `dbscheduler migrate` would try to create it again. "
+        f"If it has every column of revision {HEAD}, record that revision in {version} "
+        f"(`dbscheduler ddl` shows the table and the version row); or rename it and run "
+        "`dbscheduler migrate` again"
+    )
 
 
 def offline_sql(dialect: str, table: str = DEFAULT_TABLE) -> str:

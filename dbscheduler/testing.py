@@ -30,7 +30,7 @@ import contextvars
 import math
 import sqlite3
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -87,6 +87,10 @@ class TestScheduler:
         max_runs: executions one call may run before it concludes that a schedule never
             moves on (``FixedDelay(0)``, a ``Result.next_at`` in the past) and raises
             ``RuntimeError``.
+        tasks: run only these tasks (the names of declared tasks, or of handlers for rows
+            made with ``schedule()``); the others are registered but never run, so a test
+            of one nightly cron can move the clock by days without running a task due every
+            second. Default: every task.
 
     dbscheduler's built-in tasks (``dbscheduler.prune-runs``) are neither registered nor run:
     ``runs`` holds only your tasks' executions; ``scheduler.runs()`` reads their history.
@@ -105,7 +109,8 @@ class TestScheduler:
     __test__ = False  # not a pytest test class, despite its name
 
     def __init__(
-        self, scheduler: Scheduler, *, now: datetime | None = None, max_runs: int = 1000
+        self, scheduler: Scheduler, *, now: datetime | None = None, max_runs: int = 1000,
+        tasks: Iterable[str] | None = None,
     ) -> None:
         if scheduler.engine.dialect.name != "sqlite":
             raise ValueError(
@@ -117,6 +122,7 @@ class TestScheduler:
             raise RuntimeError("TestScheduler needs a Scheduler that was never started")
         if now is not None and (now.tzinfo is None or now.utcoffset() is None):
             raise ValueError(f"now={now.isoformat()} is naive; pass an aware datetime")
+        self._only = _only(scheduler, tasks)
         self._scheduler = scheduler
         self._max_runs = max_runs
         self._now = _ceil_ms(now if now is not None else datetime.now(timezone.utc))
@@ -209,8 +215,9 @@ class TestScheduler:
 
     # -- the engine, in this thread ------------------------------------------------------
     def _handlers(self) -> list[str]:
-        """The handlers it runs: the user's, not dbscheduler's own."""
-        return [h for h in self._scheduler._handlers if not h.startswith(RESERVED_PREFIX)]
+        """The handlers it runs: the user's (those named by ``tasks``), not dbscheduler's."""
+        return [h for h in self._scheduler._handlers if not h.startswith(RESERVED_PREFIX)
+                and (self._only is None or h in self._only)]
 
     def _next_due(self) -> datetime | None:
         return self._scheduler._store.poll(self._handlers()).next_due
@@ -251,6 +258,24 @@ class TestScheduler:
             self._loop = asyncio.new_event_loop()
         # The task runs in a copy of ``context``: what on_started set is visible inside.
         return self._loop.run_until_complete(context.run(self._loop.create_task, coro))
+
+
+def _only(scheduler: Scheduler, tasks: Iterable[str] | None) -> frozenset[str] | None:
+    """The handlers ``tasks`` names, checked: an unknown name is a mistake in the test."""
+    if tasks is None:
+        return None
+    if isinstance(tasks, str):
+        raise ValueError(f"tasks= takes a list of names, got the string {tasks!r}; "
+                         f"write tasks=[{tasks!r}]")
+    names = frozenset(tasks)
+    known = {h for h in scheduler._handlers if not h.startswith(RESERVED_PREFIX)}
+    unknown = sorted(names - known)
+    if unknown:
+        raise ValueError(
+            f"tasks=: no task or handler named {', '.join(map(repr, unknown))} on this "
+            f"Scheduler; it has {', '.join(map(repr, sorted(known))) or 'none'}"
+        )
+    return names
 
 
 class _Recorder:

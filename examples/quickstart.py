@@ -101,9 +101,11 @@ def main(argv: list[str] | None = None) -> None:
         timer.cancel()
 
     print("\nwhat the table holds now (also: dbscheduler list):")
-    for info in scheduler.tasks():
-        print(f"  {info.name:14} runs={info.total_attempt:<3} last={info.last_status or '-':8}"
-              f" state={info.state}")
+    infos = scheduler.tasks()
+    width = max(len(info.name) for info in infos)  # the built-in task's name is the longest
+    for info in infos:
+        print(f"  {info.name:{width}}  runs={info.total_attempt:<3} "
+              f"last={info.last_status or '-':8} state={info.state}")
 
 
 if __name__ == "__main__":

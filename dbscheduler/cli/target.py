@@ -13,7 +13,7 @@ import click
 import sqlalchemy as sa
 
 from ..client import Client
-from ..dialects import DEFAULT_URL, connect_problem, normalize_url
+from ..dialects import DEFAULT_URL, connect_problem, normalize_url, unknown_scheme
 from ..errors import SchedulerError, SchemaMissing, TaskNotFound
 from ..table import DEFAULT_TABLE, split_table_name
 
@@ -141,6 +141,9 @@ def create_engine(target: Target) -> sa.Engine:
 def _build(target: Target, make: Callable[[], T]) -> T:
     try:
         return make()
+    except sa.exc.NoSuchModuleError:
+        raise click.BadParameter(unknown_scheme(normalize_url(target.url)),
+                                 param_hint="'--url'") from None
     except (sa.exc.ArgumentError, ValueError) as exc:
         # A malformed URL, an unknown SQLAlchemy dialect or a database we do not support.
         raise click.BadParameter(str(exc), param_hint="'--url'") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import weakref
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "pick_limit",
     "prepare_engine",
     "registered",
+    "unknown_scheme",
 ]
 
 DEFAULT_URL = "sqlite:///dbscheduler.sqlite3"
@@ -107,6 +109,30 @@ def normalize_url(url: str | URL) -> URL:
     parsed = sa.engine.make_url(url)
     driver = _DEFAULT_DRIVERS.get(parsed.drivername)
     return parsed.set(drivername=driver) if driver else parsed
+
+
+def unknown_scheme(url: URL) -> str:
+    """What to say of a URL whose scheme SQLAlchemy has no dialect or driver for: the
+    database or driver that is unknown, the nearest supported name, and the supported ones.
+
+    >>> print(unknown_scheme(sa.engine.make_url("postgress://app@db/app")))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    url 'postgress://app@db/app': unknown database 'postgress' (did you mean 'postgres'?);
+    use one of postgresql (or postgres), mysql, mariadb, sqlite, mssql, oracle, e.g.
+    'postgresql+psycopg://user@host/db'
+    """
+    shown = url.render_as_string(hide_password=True)
+    backend, _, driver = url.drivername.partition("+")
+    known = [*_BY_NAME, *_DEFAULT_DRIVERS]
+    if backend in known and driver:
+        return (f"url {shown!r}: unknown driver {driver!r} for {backend}; leave it out "
+                f"({backend}://…) to use the one dbscheduler installs, or name an installed "
+                "SQLAlchemy driver")
+    near = difflib.get_close_matches(backend, known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return (f"url {shown!r}: unknown database {backend!r}{hint}; use one of postgresql (or "
+            "postgres), mysql, mariadb, sqlite, mssql, oracle, e.g. "
+            "'postgresql+psycopg://user@host/db'")
 
 
 def connect_problem(url: str | URL, exc: BaseException) -> ConnectProblem | None:
@@ -202,9 +228,12 @@ def create_engine(url: str | None, *, lease: timedelta) -> Engine:
     options = engine_options(parsed.get_backend_name(), lease, parsed)
     # No pool_pre_ping: it would add a statement to every poll. A connection that died fails
     # its statement, SQLAlchemy discards it, and every loop of the engine retries.
-    engine = sa.create_engine(
-        parsed, pool_size=5, max_overflow=10, **options,
-    )
+    try:
+        engine = sa.create_engine(
+            parsed, pool_size=5, max_overflow=10, **options,
+        )
+    except sa.exc.NoSuchModuleError:
+        raise ValueError(unknown_scheme(parsed)) from None
     try:
         prepare_engine(engine).bound_sessions(engine, lease, parsed)
         if options.get("isolation_level") == "AUTOCOMMIT":

@@ -175,8 +175,9 @@ class ScheduleBody(BaseModel):
     handler: str = Field(description="the handler that runs it (any node that has it)",
                          examples=["send-report"])
     schedule: str = Field(
-        description="'cron <expr> [<tz>]', 'fixed-rate <seconds>s', 'fixed-delay <seconds>s' "
-                    "or 'once <ISO 8601>' (what the task's `schedule` field shows)",
+        description="'cron <expr> [<tz>]' (UTC without one), 'fixed-rate <duration>', "
+                    "'fixed-delay <duration>' (30s, 5m, 1h, 1d, 1h30m or seconds) or "
+                    "'once <ISO 8601>' (what the task's `schedule` field shows)",
         examples=["cron 0 8 * * 1-5 Europe/Berlin"])
     data: Any = Field(default=None, description="JSON the handler receives as ctx.data")
     options: dict[str, Any] = Field(default_factory=dict,

@@ -8,7 +8,10 @@ A page's steps run in one Python namespace, top to bottom, as a reader would typ
 * ```` ```pycon ```` blocks (``>>>`` sessions) are run as doctests: their output must match;
 * ```` ```sh ```` and ```` ```console ```` blocks: their ``dbscheduler`` and ``python``
   command lines are run (in a console block, the lines starting with ``$``); ``$ echo $?``
-  followed by a number is the exit code the previous command must give (0 otherwise);
+  followed by a number is the exit code the previous command must give (0 otherwise); in a
+  console block, the lines shown after a command are its output, compared with what it
+  printed up to what changes between runs (times, counts, node ids, a live task's state:
+  ``run_page.normalized``; ``...`` stands for any lines), so that no shown output goes stale;
   installation lines and other programs are listed in ``NOT_RUN`` and skipped; any other
   command is an error, so that nothing is shown that no test runs;
 * an HTML comment ``<!-- test`` … ``-->`` holds hidden Python run at that point: set-up a
@@ -17,7 +20,9 @@ A page's steps run in one Python namespace, top to bottom, as a reader would typ
 * ``<!-- test-shell: ready=started_with interrupt=4 -->`` before a shell block sends Ctrl-C
   (SIGINT) to each of its commands 4 seconds after it printed "started with" (``_`` stands
   for a space; without ``ready``, 4 seconds after it started), for commands that run until
-  stopped; they must then exit as the page says (0 unless ``echo $?`` says otherwise).
+  stopped; they must then exit as the page says (0 unless ``echo $?`` says otherwise); their
+  shown output is compared line by line in any order (threads write it), as is that of a
+  block marked ``<!-- test-shell: output=lines -->``.
 
 Server URLs in examples are placeholders (``PLACEHOLDERS``) that the test replaces with a
 fresh database on the test server.
@@ -45,10 +50,10 @@ NOT_RUN = (
     "gunicorn ", "flask ", "docker ", "kubectl ", "curl ", "cd ", "bash examples/",
     ".venv/bin/python -m bench", "python -m bench", ".venv/bin/python -m pytest",
     "python -m pytest", "DBSCHEDULER_TEST_", "kill ", ". .venv/bin/activate", "source ",
-    "tail ", "cat ",
+    "python manage.py ",
 )
 """Shell lines shown but not run: installing, other programs, and the benchmark and test
-suites (which have their own tests)."""
+suites (which have their own tests); a Django project's ``manage.py`` (tests/django runs one)."""
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)(?P<attrs>.*)$")
 TITLE = re.compile(r'title="(?P<title>[^"]+)"')

@@ -37,6 +37,46 @@ class StepFailed(Exception):
     pass
 
 
+# What differs between two runs of the same example, and is not what the page shows it for:
+# instants, durations and relative times, counts and numbered names (web-1). Numbers inside
+# identifiers (dbscheduler_0007) are kept: a stale revision is what the check is for.
+_INSTANT = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:\d\d| UTC)?")
+_RELATIVE = re.compile(
+    r"\b(?:now|in ~?N(?:\.N)?\s?(?:ms|s|m|h|d)|N(?:\.N)?\s?(?:ms|s|m|h|d) ago)\b")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
+_RULE = re.compile(r"[─━-]{3,}")
+# A task's last and next run in a listing: which state a live task is in at the instant of
+# the command is the machine's timing, not what the page shows.
+_RUNNING_ON = re.compile(r"\b(no|yes) \S+$")  # the last column of `list`: a node, or -
+_WHEN = re.compile(r"(?:(?:success|error|lost|cancelled|timeout|skipped) <rel>|never ran|"
+                   r"running, started <rel>|after the current run|<time> \(<rel>\))")
+
+
+_NODE = re.compile(r"\b[\w.-]+-\d+-[0-9a-f]{4}\b")  # a default node id: host-pid-suffix
+
+
+def normalized(line: str) -> str:
+    line = line.removeprefix("^C")  # the terminal's echo of Ctrl-C
+    line = _NODE.sub("<node>", line)
+    line = _INSTANT.sub("<time>", line)
+    line = _NUMBER.sub("N", line)
+    line = _RELATIVE.sub("<rel>", line)
+    line = _WHEN.sub("<when>", line)
+    line = _RULE.sub("───", line)
+    return _RUNNING_ON.sub(r"\1 <on>", " ".join(line.split()))
+
+
+def matches(shown: list[str], actual: list[str]) -> bool:
+    """Whether ``actual`` lines are the ``shown`` ones (each :func:`normalized`; a shown line
+    ``...`` matches any number of lines)."""
+    if not shown:
+        return not actual
+    if shown[0].strip() == "...":
+        return any(matches(shown[1:], actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and normalized(shown[0]) == normalized(actual[0]) \
+        and matches(shown[1:], actual[1:])
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -134,6 +174,7 @@ class Page:
             exec(compile("\n" * (step.line - 1) + code, str(self.path), "exec"), self.namespace)
         elif step.kind == "file":
             assert step.title is not None
+            Path(step.title).parent.mkdir(parents=True, exist_ok=True)
             Path(step.title).write_text(code)
         elif step.kind == "pycon":
             self.doctest(code, step)
@@ -150,11 +191,17 @@ class Page:
             raise StepFailed(f"{runner.failures} doctest example(s) failed (output above)")
 
     def shell(self, code: str, step: Step) -> None:
-        commands: list[tuple[str, int]] = []  # (command, expected exit code)
+        commands: list[tuple[str, int, list[str]]] = []  # (command, exit code, shown output)
         lines = code.replace("\\\n", " ").split("\n")
+        skip = False
         for n, line in enumerate(lines):
+            if skip:  # the exit code after `echo $?`
+                skip = False
+                continue
             if step.kind == "console":
                 if not line.startswith("$ "):
+                    if commands and line.strip():
+                        commands[-1][2].append(line)
                     continue
                 line = line[2:]
             line = line.strip()
@@ -162,23 +209,51 @@ class Page:
                 continue
             if line == "echo $?":
                 status = int(lines[n + 1].strip())
-                commands[-1] = (commands[-1][0], status)
+                commands[-1] = (commands[-1][0], status, commands[-1][2])
+                skip = True
                 continue
-            commands.append((line, 0))
+            commands.append((line, 0, []))
         interrupt = float(step.options["interrupt"]) if "interrupt" in step.options else None
         ready = step.options.get("ready", "").replace("_", " ") or None
-        for command, status in commands:
-            self.command(command, status, interrupt, ready)
+        for command, status, shown in commands:
+            output = self.command(command, status, interrupt, ready)
+            if shown and output is not None:
+                logs = (interrupt is not None or step.options.get("output") == "lines"
+                        or command.startswith(("tail ", "cat ")))  # a log file
+                self.compare(command, shown, output, logs=logs)
+
+    def compare(self, command: str, shown: list[str], output: str, logs: bool) -> None:
+        """The output the page shows for ``command`` is what it printed, up to what changes
+        from run to run (see :func:`normalized`); a line ``...`` stands for any lines. For a
+        program that runs until stopped (``logs``), whose lines come in the order its threads
+        write them, each line shown is one of the lines it printed."""
+        actual = [line for line in output.split("\n") if line.strip()]
+        if logs:
+            # What it printed before it was stopped; the lines after the ^C are the page's
+            # picture of a shutdown, written by threads the stop races with.
+            printed = {normalized(line) for line in actual}
+            before = [line for line in shown if line.strip() != "..."]
+            stop = next((i for i, line in enumerate(before) if line.startswith("^C")), None)
+            ok = all(normalized(line) in printed for line in before[:stop])
+        else:
+            ok = matches(shown, actual)
+        if not ok:
+            raise StepFailed(
+                f"the page shows another output for {command!r} than it printed; it "
+                "printed:\n" + "\n".join(actual) + "\n(the page shows)\n" + "\n".join(shown))
 
     def command(self, command: str, status: int, interrupt: float | None,
-                ready: str | None = None) -> None:
+                ready: str | None = None) -> str | None:
+        """Run ``command``; what it printed (``None``: nothing the test could read)."""
         if command.startswith(NOT_RUN):
-            return
+            return None
         words = shlex.split(command)
+        if words[0] in ("tail", "cat"):
+            return self.read(command, words)
         if words[0] == "export":
             name, _, value = words[1].partition("=")
             self.env[name] = value
-            return
+            return None
         env = dict(self.env)
         while "=" in words[0] and not words[0].startswith("-"):
             name, _, value = words.pop(0).partition("=")
@@ -191,8 +266,7 @@ class Page:
             stdout = open(words[-1], "wb")  # noqa: SIM115 (closed with the process)
             words = words[:-2]
         if words[0] == "dbscheduler" and not background and interrupt is None and stdout is None:
-            self.in_process(command, words[1:], env, status)
-            return
+            return self.in_process(command, words[1:], env, status)
         if words[0] == "dbscheduler":
             argv = [sys.executable, "-m", "dbscheduler", *words[1:]]
         elif words[0] in ("python", "python3"):
@@ -209,7 +283,7 @@ class Page:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         if background:
             self.background.append((command, proc))
-            return
+            return None
         out = proc.stdout
         assert out is not None
         lines: list[bytes] = []
@@ -233,11 +307,26 @@ class Page:
             os.killpg(proc.pid, signal.SIGKILL)
             raise StepFailed(f"{command!r} did not end within 60 s") from None
         reader.join()
-        sys.stderr.write(b"".join(lines).decode(errors="replace"))
+        printed = b"".join(lines).decode(errors="replace")
+        sys.stderr.write(printed)
         if proc.returncode != status:
             raise StepFailed(f"{command!r} exited {proc.returncode}, the page says {status}")
+        return printed
 
-    def in_process(self, command: str, args: list[str], env: dict[str, str], status: int) -> None:
+    def read(self, command: str, words: list[str]) -> str:
+        """``cat FILE`` and ``tail -n N FILE`` of a file the page's programs wrote."""
+        print(f"$ {command}", file=sys.stderr, flush=True)
+        *options, name = words[1:]
+        lines = Path(name).read_text().splitlines(keepends=True)
+        if words[0] == "tail":
+            if options[:1] != ["-n"] or len(options) != 2:
+                raise StepFailed(f"{command!r}: the runner knows `tail -n N FILE` only")
+            lines = lines[-int(options[1]):]
+        printed = "".join(lines)
+        sys.stderr.write(printed)
+        return printed
+
+    def in_process(self, command: str, args: list[str], env: dict[str, str], status: int) -> str:
         """A short ``dbscheduler`` command, run in this process: the same program without
         the second it takes a new interpreter to import it."""
         from click.testing import CliRunner
@@ -250,6 +339,7 @@ class Page:
         if result.exit_code != status:
             raise StepFailed(f"{command!r} exited {result.exit_code}, the page says {status}"
                              + (f"\n{result.exception!r}" if result.exception else ""))
+        return result.output
 
     def stop_background(self) -> None:
         for command, proc in self.background:

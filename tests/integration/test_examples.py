@@ -77,6 +77,9 @@ def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> N
     counted = len(re.findall(r"counter        count = \d+", out))
     assert re.search(rf"^  counter +runs={counted} +last=success +state={{'count': {counted}}}$",
                      out, re.M), out
+    # One column for every name, the built-in task's long one included.
+    table = out.split("what the table holds now (also: dbscheduler list):\n", 1)[1]
+    assert len({line.index("runs=") for line in table.splitlines() if line}) == 1, table
     db = Scheduler(f"sqlite:///{tmp_path / 'dbscheduler.sqlite3'}")
     try:
         infos = {i.name: i for i in db.tasks()}

@@ -15,8 +15,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 
+from dbscheduler.cli import cli
 from dbscheduler.companion_tables import ITEM_COLUMNS
 from dbscheduler.migrate import HEAD, upgrade, version_table_for
 from dbscheduler.table import COLUMNS
@@ -114,17 +117,24 @@ def _guide_alembic_blocks() -> list[tuple[str, str]]:
 
 def _installed_layout(site: Path) -> None:
     """dbscheduler as a wheel installs it: the migrations inside it, as ``_migrations``
-    (pyproject's force-include). An editable install has no such directory."""
-    shutil.copytree(ROOT / "dbscheduler", site / "dbscheduler")
+    (pyproject's force-include), real files rather than the checkout's symlink."""
+    shutil.copytree(ROOT / "dbscheduler", site / "dbscheduler",
+                    ignore=shutil.ignore_patterns("_migrations"))
     shutil.copytree(ROOT / "migrations", site / "dbscheduler" / "_migrations")
 
 
-def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path) -> None:
+@pytest.mark.parametrize("install", ["wheel", "editable"])
+def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path, install: str) -> None:
     """The guide's steps (docs/guides/alembic.md), literally, from ``alembic init`` of the
     installed Alembic: our branch, a first revision of the user's own, and an autogenerate
-    that leaves our tables."""
-    site, app = tmp_path / "site", tmp_path / "app"
-    _installed_layout(site)
+    that leaves our tables — with dbscheduler laid out as a wheel installs it, and as the
+    checkout an editable install (``pip install -e .``) imports."""
+    app = tmp_path / "app"
+    if install == "wheel":
+        site = tmp_path / "site"
+        _installed_layout(site)
+    else:
+        site = ROOT
     app.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
     alembic = str(Path(sys.executable).parent / "alembic")
@@ -167,6 +177,14 @@ def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path) -> No
                 '    op.create_table("users", sa.Column("id", sa.Integer, primary_key=True))',
             ))
     assert sorted(p.name for p in ours.glob("*.py")) == shipped
+    heads = run("alembic heads")
+    assert f"{HEAD} (dbscheduler) (head)" in heads, heads
+    # `dbscheduler migrate` on the table the user's Alembic made says so, instead of failing
+    # on CREATE TABLE.
+    migrated = CliRunner().invoke(cli, ["migrate", "--url", f"sqlite:///{app / 'app.db'}"])
+    assert migrated.exit_code == 1, migrated.output
+    assert "is managed by your own Alembic" in migrated.output, migrated.output
+    assert f"alembic_version records {HEAD}" in migrated.output, migrated.output
     engine = sa.create_engine(f"sqlite:///{app / 'app.db'}")
     try:
         assert set(sa.inspect(engine).get_table_names()) == {
@@ -177,6 +195,9 @@ def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path) -> No
         assert HEAD in heads and len(heads) == 2
     finally:
         engine.dispose()
+
+    if install == "editable":
+        return  # the rest does not depend on where the package lies: once is enough
 
     # --autogenerate against the user's metadata: first as alembic init wrote env.py (it
     # proposes to drop our table), then with the guide's include_object.

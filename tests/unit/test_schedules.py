@@ -817,10 +817,10 @@ def test_parse_takes_a_zoneinfo_cron_as_its_name() -> None:
     [
         ("dynamic myapp.tasks.next_time", "Dynamic schedule: it is code"),
         ("every 5 minutes", "unknown kind 'every'"),
-        ("fixed-rate 5m", "not a duration like '300s'"),
+        ("fixed-rate 5 minutes", "not a duration like '30s', '5m'"),
         ("fixed-delay -1s", "not a duration"),
         ("fixed-rate 0s", "FixedRate.period must be > 0"),
-        ("cron Europe/Berlin", "expected 'cron <expression> <time zone>'"),
+        ("cron Europe/Berlin", "expected 'cron <expression> [<time zone>]'"),
         ("cron 0 3 * * * Mars/Base", "Mars/Base"),
         ("cron 0 3 * * Europe/Berlin", "not a valid cron expression"),
         ("", "unknown kind ''"),
@@ -831,3 +831,36 @@ def test_parse_refuses_bad_text_naming_what_is_wrong(text: str, says: str) -> No
 
     with pytest.raises(ValueError, match=re.escape(says)):
         parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "schedule"),
+    [
+        ("cron 0 8 * * mon", Cron("0 8 * * mon")),
+        ("cron 0 8 * * mon-fri", Cron("0 8 * * mon-fri")),
+        ("cron 0 8 * * MON-FRI Europe/Berlin", Cron("0 8 * * MON-FRI", tz="Europe/Berlin")),
+        ("cron @daily", Cron("@daily")),
+        ("cron */15 * * * * *", Cron("*/15 * * * * *")),
+        ("fixed-rate 30s", FixedRate(30)),
+        ("fixed-rate 5m", FixedRate(300)),
+        ("fixed-rate 30", FixedRate(30)),
+        ("fixed-delay 1h", FixedDelay(3600)),
+        ("fixed-delay 1d", FixedDelay(timedelta(days=1))),
+        ("fixed-delay 1h30m", FixedDelay(5400)),
+        ("fixed-rate 0.5", FixedRate(0.5)),
+    ],
+)
+def test_parse_takes_what_people_type(text: str, schedule: Schedule) -> None:
+    """The zone may be left out (UTC), and durations take units or bare seconds."""
+    from dbscheduler.schedules import parse
+
+    assert parse(text) == schedule
+
+
+def test_parse_names_the_cron_field_that_is_wrong_not_the_zone() -> None:
+    from dbscheduler.schedules import parse
+
+    with pytest.raises(ValueError, match=re.escape("the minute field '61' is out of range")):
+        parse("cron 61 * * * *")
+    with pytest.raises(ValueError, match=re.escape("the day-of-week field 'moon'")):
+        parse("cron 0 8 * * moon")

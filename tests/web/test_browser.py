@@ -1,7 +1,9 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by Playwright, against
 ``dbscheduler web`` (uvicorn) in its own process and a running node on PostgreSQL.
 
-Screenshots land in ``tests/web/screenshots/`` (git-ignored) for people to look at.
+Screenshots land in ``tests/web/screenshots/`` (git-ignored) for people to look at; those of
+the tasks, task and runs pages also replace the documentation's (``docs/assets/dashboard-*.png``,
+shown by docs/guides/web.md), so the pictures there are of the dashboard as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tests.web.conftest import Node, make_node, wait_for
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).parent / "screenshots"
 ROOT = Path(__file__).resolve().parents[2]
+DOC_SHOTS = ROOT / "docs" / "assets"
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("no /usr/bin/chromium (apt-get install chromium; CI installs it)",
@@ -186,6 +189,7 @@ def test_the_dashboard_in_a_real_browser(node: Node, browser: Browser) -> None:
         assert "every day at 03:00 Europe/Berlin" in page.locator(
             'tr[data-name="nightly-report"]').inner_text()
         page.screenshot(path=SHOTS / "tasks-desktop.png", full_page=True)
+        page.screenshot(path=DOC_SHOTS / "dashboard-tasks.png")
 
         # Filter by state, then search.
         page.click('a.filter[data-state="failing"]')
@@ -230,6 +234,7 @@ def test_the_dashboard_in_a_real_browser(node: Node, browser: Browser) -> None:
         # 03:00 in Berlin whatever the season (CET in winter, CEST in summer).
         assert all(re.search(r"03:00:00 CES?T", t) for t in upcoming.all_inner_texts())
         page.screenshot(path=SHOTS / "task-desktop.png", full_page=True)
+        page.screenshot(path=DOC_SHOTS / "dashboard-task.png")
         page.click('[data-action="pause"]')
         confirm(page, "Pause nightly-report?")
         page.locator('[data-action="resume"]').wait_for()
@@ -265,6 +270,7 @@ def test_the_dashboard_in_a_real_browser(node: Node, browser: Browser) -> None:
         failed = page.locator("table.runs tbody .task-link").all_inner_texts()
         assert failed == [r.name for r in ops.runs(status="error", limit=200)] == ["broken"]
         page.screenshot(path=SHOTS / "runs-desktop.png", full_page=True)
+        page.screenshot(path=DOC_SHOTS / "dashboard-runs.png")
         page.goto(server.base)
         page.click('a.task-link:text-is("<script>alert(1)</script>")')
         assert page.inner_text("h1") == "<script>alert(1)</script>"

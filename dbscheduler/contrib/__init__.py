@@ -1,0 +1,1 @@
+"""Integrations with frameworks: :mod:`dbscheduler.contrib.django`."""
