@@ -1,5 +1,6 @@
 """The tables beside the tasks table, one of each per tasks table: ``<table>_groups`` (group
-limits), ``<table>_runs`` (the run history) and ``<table>_items`` (pending batch items).
+limits), ``<table>_runs`` (the run history), ``<table>_items`` (pending batch items) and
+``<table>_nodes`` (the node registry).
 
 Like :func:`dbscheduler.table.make_table`, each is defined once here with SQLAlchemy Core and
 built by the migrations, the ``ddl/*.sql`` files and the engine alike.
@@ -28,7 +29,9 @@ __all__ = [
     "items_table_name",
     "make_groups_table",
     "make_items_table",
+    "make_nodes_table",
     "make_runs_table",
+    "nodes_table_name",
     "runs_table_name",
 ]
 
@@ -160,6 +163,48 @@ def make_items_table(qualified_name: str = DEFAULT_TABLE,
         sa.Column("pushed_at", UTCDateTime(), nullable=False),
         sa.Index(f"{name}_task_idx", "task_name", "id"),
         sa.Index(f"{name}_key_idx", "handler", "batch_key"),
+        schema=schema,
+        **table_options(),
+    )
+
+
+def nodes_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
+    """``<table>_nodes``, in the tasks table's schema: the node registry.
+
+    >>> nodes_table_name("ops.jobs")
+    'ops.jobs_nodes'
+    """
+    schema, name = split_table_name(qualified_name)
+    # The suffix must keep the name a plain identifier of at most 63 characters.
+    nodes = f"{name[:57]}_nodes"
+    return f"{schema}.{nodes}" if schema else nodes
+
+
+def make_nodes_table(qualified_name: str = DEFAULT_TABLE,
+                     metadata: sa.MetaData | None = None) -> sa.Table:
+    """The node registry of the tasks table ``qualified_name`` (revision 8 on).
+
+    One row per node that ever started on the table, written by the node itself with its
+    heartbeat: ``last_seen`` (database clock) says whether it is alive, ``running`` how many
+    executions it had then; ``tags`` and ``handlers`` are JSON lists of names. Rows of nodes
+    unseen for a long time are pruned by the live ones.
+
+    >>> make_nodes_table("jobs").name
+    'jobs_nodes'
+    """
+    schema, name = split_table_name(nodes_table_name(qualified_name))
+    return sa.Table(
+        name,
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("node_id", sa.Unicode(255), primary_key=True),
+        sa.Column("host", sa.Unicode(255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("version", sa.Unicode(64), nullable=False),
+        sa.Column("tags", state_type(), nullable=True),
+        sa.Column("handlers", state_type(), nullable=True),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column("last_seen", UTCDateTime(), nullable=False),
+        sa.Column("running", sa.Integer(), nullable=False),
         schema=schema,
         **table_options(),
     )

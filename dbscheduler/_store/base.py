@@ -21,6 +21,7 @@ from ..companion_tables import (
     items_table_name,
     make_groups_table,
     make_items_table,
+    make_nodes_table,
     make_runs_table,
 )
 from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
@@ -75,6 +76,8 @@ class StoreBase:
         """The run history, ``<table>_runs``."""
         self.items = make_items_table(table)
         """Where pushed batch items wait (``<table>_items``)."""
+        self.nodes = make_nodes_table(table)
+        """The node registry (``<table>_nodes``)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
