@@ -26,10 +26,13 @@ from .models import (
     BulkResult,
     Cancelled,
     Deleted,
+    GroupList,
     Health,
+    NodeList,
     RescheduleBody,
     RunList,
     ScheduleBody,
+    ScheduledTask,
     Task,
     TaskList,
     UpcomingTimes,
@@ -278,12 +281,13 @@ def reschedule(
     return JSONResponse(_task(client, name))
 
 
-@router.put("/tasks/{name:path}", response_model=Task, responses=ERROR_RESPONSES,
+@router.put("/tasks/{name:path}", response_model=ScheduledTask, responses=ERROR_RESPONSES,
             summary="Create or update a runtime task")
 def put_task(request: Request, name: str, body: Annotated[ScheduleBody, Body()]) -> JSONResponse:
     """``Client.schedule()``: create the runtime task, or give an existing row the new
     handler, schedule, data and options (its counters kept; next time recomputed unless it
-    runs). 422 names the field that is wrong; nothing is written then."""
+    runs). 422 names the field that is wrong; nothing is written then. ``warning`` says
+    when no live or recent node has the handler, suggesting the closest that exists."""
     client = client_of(request)
     try:
         schedule = parse(body.schedule)
@@ -291,7 +295,7 @@ def put_task(request: Request, name: str, body: Annotated[ScheduleBody, Body()])
         raise ValueError(f"schedule: {exc}") from None
     client.schedule(name, body.handler, schedule, data=body.data, **body.options)
     logger.info("task %r scheduled: handler %r, %s", name, body.handler, body.schedule)
-    return JSONResponse(_task(client, name))
+    return JSONResponse({**_task(client, name), "warning": client.handler_warning(body.handler)})
 
 
 @router.get("/tasks/{name:path}", response_model=Task, responses=_TASK_ERRORS,
@@ -308,6 +312,23 @@ def delete(request: Request, name: str, force: bool = False) -> JSONResponse:
     declares the task inserts it again when it starts."""
     client_of(request).delete(name, force=force)
     return JSONResponse({"deleted": name})
+
+
+@router.get("/nodes", response_model=NodeList, tags=["cluster"], summary="Nodes")
+def list_nodes(request: Request) -> JSONResponse:
+    """Every node of the registry, the most recently seen first: alive or gone, its last
+    contact on the database clock, and the tasks it holds now."""
+    client = client_of(request)
+    return JSONResponse({"nodes": [n.to_dict() for n in client.nodes()],
+                         "db_now": client.db_now().isoformat()})
+
+
+@router.get("/groups", response_model=GroupList, tags=["cluster"], summary="Concurrency groups")
+def list_groups(request: Request) -> JSONResponse:
+    """Every group that has a limit or tasks: its limit and its executions running now."""
+    return JSONResponse({"groups": [
+        {"group": g.name, "limit": g.limit, "running": g.running, "tasks": g.tasks}
+        for g in client_of(request).groups()]})
 
 
 @router.get("/health", response_model=Health, summary="Health",

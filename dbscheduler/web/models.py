@@ -17,11 +17,16 @@ __all__ = [
     "BulkResult",
     "Cancelled",
     "Deleted",
+    "Group",
+    "GroupList",
     "Health",
+    "Node",
+    "NodeList",
     "RescheduleBody",
     "Run",
     "RunList",
     "ScheduleBody",
+    "ScheduledTask",
     "Task",
     "TaskList",
     "UpcomingTimes",
@@ -81,6 +86,14 @@ class Task(BaseModel):
         default=False, description="one of dbscheduler's own tasks (dbscheduler.prune-runs)")
 
 
+class ScheduledTask(Task):
+    """A runtime task just created or updated, and why it may never run."""
+
+    warning: str | None = Field(
+        default=None, description="set when no live or recent node has its handler (with "
+                                  "the closest handler that exists); null otherwise")
+
+
 class Run(BaseModel):
     """One finished execution, as ``dbscheduler runs --json`` prints it."""
 
@@ -102,6 +115,44 @@ class RunList(BaseModel):
 
     runs: list[Run]
     limit: int
+
+
+class Node(BaseModel):
+    """A node of the registry, as ``dbscheduler nodes --json`` prints it."""
+
+    node_id: str
+    host: str
+    pid: int
+    version: str = Field(description="the dbscheduler version it runs")
+    tags: list[str]
+    handlers: list[str] = Field(description="its handlers for runtime tasks and batches")
+    started_at: datetime
+    last_seen: datetime = Field(description="its last write, on the database clock")
+    running: int = Field(description="executions it ran at its last write")
+    alive: bool = Field(description="seen within the last 30 s")
+    tasks: list[str] = Field(description="the tasks it holds now")
+
+
+class NodeList(BaseModel):
+    """Every node of the registry, the most recently seen first."""
+
+    nodes: list[Node]
+    db_now: datetime
+
+
+class Group(BaseModel):
+    """A concurrency group: its limit (null: none) and its executions running now."""
+
+    group: str
+    limit: int | None
+    running: int
+    tasks: int = Field(description="tasks of the group")
+
+
+class GroupList(BaseModel):
+    """Every group that has a limit or tasks, by name."""
+
+    groups: list[Group]
 
 
 class TaskList(BaseModel):

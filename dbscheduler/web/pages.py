@@ -206,6 +206,7 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
     if info.state is not None:
         state_json = json.dumps(info.state, indent=2, ensure_ascii=False, sort_keys=True)
     runs = client.runs(info.name, limit=CHART_RUNS)
+    group = _group_of(client, info, now)
     return {
         **chrome(request),
         "now": now,
@@ -220,7 +221,37 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
         "info_json": json.dumps(info.to_dict(), indent=2, ensure_ascii=False),
         "partial_url": f"{root_of(request)}partials/task/{quote(info.name, safe='')}",
         "fmt_duration": fmt_duration,
+        "group": group,
+        "groups_url": request.url_for("groups_page").path,
     }
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A task's concurrency group as its page shows it, and whether the task waits for it."""
+
+    name: str
+    limit: int | None
+    running: int
+    waiting: bool
+    """Due, unpaused and idle while the group runs as many as its limit allows."""
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and self.running >= self.limit
+
+
+def _group_of(client: Any, info: TaskInfo, now: datetime) -> GroupView | None:
+    name = info.options.get("group")
+    if not name:
+        return None
+    found = next((g for g in client.groups() if g.name == name), None)
+    limit = found.limit if found else None
+    running = found.running if found else 0
+    full = limit is not None and running >= limit
+    waiting = full and not info.running and not info.paused and info.next_process_at <= now
+    return GroupView(str(name), limit, running, waiting)
+
 
 
 @router.get("/tasks/{name:path}", name="task_page")
@@ -260,6 +291,67 @@ def runs_page(request: Request, status: str | None = None) -> Response:
 def runs_partial(request: Request, status: str | None = None) -> Response:
     """The live region of the runs page."""
     return render(request, "_runs_live.html", _runs_context(request, status))
+
+
+def _nodes_context(request: Request) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    nodes = client.nodes()
+    return {
+        **chrome(request),
+        "now": client.db_now(),
+        "nodes": nodes,
+        "alive": sum(1 for n in nodes if n.alive),
+        "task_url": lambda name: task_url(request, name),
+    }
+
+
+@router.get("/nodes", name="nodes_page")
+def nodes_page(request: Request) -> Response:
+    """The nodes of the registry: alive or gone, last contact, what each runs now."""
+    return render(request, "nodes.html", _nodes_context(request))
+
+
+@router.get("/partials/nodes", name="nodes_partial")
+def nodes_partial(request: Request) -> Response:
+    """The live region of the nodes page."""
+    return render(request, "_nodes_live.html", _nodes_context(request))
+
+
+def _groups_context(request: Request) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    groups = client.groups()
+    now = client.db_now()
+    waiting: dict[str, list[TaskInfo]] = {}
+    full = {g.name for g in groups if g.limit is not None and g.running >= g.limit}
+    members: dict[str, list[TaskInfo]] = {}
+    for info in client.tasks():
+        group = info.options.get("group")
+        if not group:
+            continue
+        members.setdefault(group, []).append(info)
+        if group in full and not info.running and not info.paused \
+                and info.next_process_at <= now:
+            waiting.setdefault(group, []).append(info)
+    return {
+        **chrome(request),
+        "now": now,
+        "groups": groups,
+        "members": members,
+        "waiting": waiting,
+        "task_url": lambda name: task_url(request, name),
+    }
+
+
+@router.get("/groups", name="groups_page")
+def groups_page(request: Request) -> Response:
+    """Concurrency groups: limit, executions running, tasks waiting for room."""
+    return render(request, "groups.html", _groups_context(request))
+
+
+@router.get("/partials/groups", name="groups_partial")
+def groups_partial(request: Request) -> Response:
+    """The live region of the groups page."""
+    return render(request, "_groups_live.html", _groups_context(request))
 
 
 def _batches_context(request: Request, handler: str | None) -> dict[str, Any]:

@@ -1,0 +1,77 @@
+"""The operator's cluster views over HTTP: the nodes and groups of the API and the pages, why
+a task waits, and the warning a runtime task for an unknown handler gets."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dbscheduler import FixedRate, Scheduler, TaskContext
+from dbscheduler.web import create_app
+from tests.web.conftest import wait_for
+
+
+@pytest.fixture
+def cluster(migrated: tuple[str, str]) -> Iterator[tuple[Scheduler, TestClient]]:
+    """A node running ``hold`` of the full group ``reports`` (limit 1) while ``queued`` of
+    the same group is due, and a handler ``echo``."""
+    url, table = migrated
+    release = threading.Event()
+    node = Scheduler(url, table=table, node_id="views-node", tags=["eu"], lease=3,
+                     poll_interval=0.2)
+
+    def hold(ctx: TaskContext) -> None:
+        release.wait(20)
+
+    node.add("hold", hold, schedule=FixedRate(3600), group="reports")
+    node.add("queued", lambda ctx: None, schedule=FixedRate(3600), group="reports")
+    node.handler("echo")(lambda ctx: None)
+    node.start()
+    node.client.set_group_limit("reports", 1)
+    node.trigger("hold")
+    wait_for(lambda: node.info("hold").running, what="hold to run")
+    node.trigger("queued")
+    try:
+        with TestClient(create_app(url, table=table)) as http:
+            yield node, http
+    finally:
+        release.set()
+        node.shutdown(timeout=5)
+
+
+def test_nodes_and_groups_in_the_api_and_the_pages(
+        cluster: tuple[Scheduler, TestClient]) -> None:
+    _, http = cluster
+    wait_for(lambda: http.get("/api/nodes").json()["nodes"][0]["tasks"] == ["hold"],
+             what="the node's row to show 'hold'")
+    (listed,) = http.get("/api/nodes").json()["nodes"]
+    assert listed["node_id"] == "views-node" and listed["alive"] is True
+    assert listed["handlers"] == ["echo"] and listed["tags"] == ["eu", "views-node"]
+    assert "last_seen" in listed and "started_at" in listed
+
+    assert http.get("/api/groups").json() == {
+        "groups": [{"group": "reports", "limit": 1, "running": 1, "tasks": 2}]}
+
+    nodes_page = http.get("/nodes").text
+    assert "views-node" in nodes_page and "alive" in nodes_page and ">hold</a>" in nodes_page
+    groups_page = http.get("/groups").text
+    assert "reports" in groups_page and "1 / 1" in groups_page and ">queued</a>" in groups_page
+    waiting = http.get(f"/tasks/{quote('queued', safe='')}").text
+    assert "waiting for group reports (1/1 running)" in waiting
+    running = http.get("/tasks/hold").text
+    assert "waiting for group" not in running and "reports" in running
+
+
+def test_put_warns_of_a_handler_no_node_has(cluster: tuple[Scheduler, TestClient]) -> None:
+    _, http = cluster
+    wait_for(lambda: http.get("/api/nodes").json()["nodes"], what="the node's row")
+    typo = http.put("/api/tasks/r-1", json={"handler": "ecko", "schedule": "fixed-rate 60s"})
+    assert typo.status_code == 200, typo.text
+    assert typo.json()["warning"] == (
+        "no live or recent node has the handler 'ecko' (did you mean 'echo'?)")
+    fine = http.put("/api/tasks/r-2", json={"handler": "echo", "schedule": "fixed-rate 60s"})
+    assert fine.status_code == 200 and fine.json()["warning"] is None
