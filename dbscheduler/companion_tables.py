@@ -21,7 +21,13 @@ from .dialects.types import (
     state_type,
     table_options,
 )
-from .table import DEFAULT_TABLE, MAX_ERROR_LENGTH, MAX_NAME_LENGTH, split_table_name
+from .table import (
+    DEFAULT_TABLE,
+    MAX_ERROR_LENGTH,
+    MAX_NAME_LENGTH,
+    REVISION,
+    split_table_name,
+)
 
 __all__ = [
     "ITEM_COLUMNS",
@@ -33,6 +39,7 @@ __all__ = [
     "make_runs_table",
     "nodes_table_name",
     "runs_table_name",
+    "traceback_column",
 ]
 
 GROUPS_SUFFIX = "_groups"
@@ -86,7 +93,8 @@ def runs_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
 
 
 def make_runs_table(
-    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None
+    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None,
+    revision: int = REVISION,
 ) -> sa.Table:
     """Build the run history of the tasks table ``qualified_name``: ``<table>_runs``, one row
     per finished execution (revision 5).
@@ -95,7 +103,8 @@ def make_runs_table(
     task deleted and created again starts its tokens anew, at a later time), so a row can be
     written before the finish it belongs to and found again by whoever settles it. The index
     on ``(task_name, finished_at)`` serves a task's newest runs and its count limit, the one
-    on ``finished_at`` the newest runs of all tasks and the age limit.
+    on ``finished_at`` the newest runs of all tasks and the age limit. ``revision`` is the
+    migration whose shape to build (9 adds ``traceback``).
 
     >>> make_runs_table("jobs").name
     'jobs_runs'
@@ -115,12 +124,23 @@ def make_runs_table(
         sa.Column("finished_at", UTCDateTime(), nullable=False),
         sa.Column("status", sa.Unicode(16), nullable=False),
         sa.Column("error", sa.Unicode(MAX_ERROR_LENGTH), nullable=True),
+        *([traceback_column()] if revision >= TRACEBACK_REVISION else []),
         sa.UniqueConstraint("task_name", "token", "started_at", name=f"{runs}_uq"),
         sa.Index(f"{runs}_task_idx", "task_name", "finished_at"),
         sa.Index(f"{runs}_time_idx", "finished_at"),
         schema=schema,
         **table_options(),
     )
+
+
+TRACEBACK_REVISION = 9
+"""The migration that adds the run history's ``traceback`` column."""
+
+
+def traceback_column() -> sa.Column[str]:
+    """The run history's ``traceback`` (revision 9): the bounded traceback of a failure
+    that raised, innermost frames kept; ``NULL`` for the other runs."""
+    return sa.Column("traceback", state_type(), nullable=True)
 
 
 def items_table_name(qualified_name: str = DEFAULT_TABLE) -> str:

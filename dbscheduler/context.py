@@ -259,6 +259,9 @@ class RunInfo:
     """``success``, ``error``, ``lost``, ``cancelled``, ``timeout`` or ``skipped``."""
     error: str | None
     """``"Type: message"`` of a failure (truncated like ``last_error``), else ``None``."""
+    traceback: str | None = None
+    """The traceback of a failure that raised (the innermost frames, at most 8 KB), else
+    ``None``."""
 
     @property
     def duration(self) -> timedelta:

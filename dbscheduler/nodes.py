@@ -110,14 +110,15 @@ def list_nodes(store: StoreBase) -> list[NodeInfo]:
 def handler_warning(store: StoreBase, handler: str) -> str | None:
     """Why ``handler`` may never run, or None: no node seen within :data:`RECENT_WITHIN`
     has it. Says nothing while the registry knows no recent node at all (a fresh deployment
-    whose nodes have not started yet) or does not exist (a table not yet migrated).
+    whose nodes have not started yet) or cannot be read (a table not yet migrated).
 
     >>> handler_warning(store, "mial")   # doctest: +SKIP
     "no live or recent node has the handler 'mial' (did you mean 'mail'?)"
     """
     try:
         count, names = recent_handlers(store, RECENT_WITHIN)
-    except SchedulerError:
+    except Exception as exc:  # advice only: what was asked is written already
+        log.debug("node registry not readable: %s", exc)
         return None
     if count == 0 or handler in names:
         return None

@@ -238,6 +238,16 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD traceback NVARCHAR(max) NULL;
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008';
+
+GO
+
 COMMIT;
 
 GO

@@ -232,6 +232,16 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD traceback CLOB
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008'
+
+/
+
 COMMIT
 
 /

@@ -158,5 +158,11 @@ CREATE TABLE scheduled_tasks_nodes (
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0007';
 
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD COLUMN traceback TEXT;
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008';
+
 COMMIT;
 

@@ -111,6 +111,11 @@ class StoreBase:
             missing = [f"(table {self.groups.name})"]
         if history and not inspector.has_table(self.runs_table.name, schema=schema):
             missing.append(f"(the run history table {self.runs_table.name})")
+        elif history:
+            kept = {c["name"].lower() for c in inspector.get_columns(self.runs_table.name,
+                                                                     schema=schema)}
+            missing += [f"{self.runs_table.name}.{c.name}" for c in self.runs_table.columns
+                        if c.name not in kept]
         if missing:
             raise SchemaMismatch(self.table_name, missing)
         items_schema, items_name = split_table_name(items_table_name(self.table_name))

@@ -47,6 +47,7 @@ __all__ = [
     "run_params",
     "run_values",
     "select_runs",
+    "write_tracebacks",
 ]
 
 log = engine_log("dbscheduler.store")
@@ -184,6 +185,24 @@ def _key(store: StoreBase, run: RunRecord) -> sa.ColumnElement[bool]:
     )
 
 
+def write_tracebacks(store: StoreBase, items: Sequence[tuple[RunRecord, str]]) -> None:
+    """Add each failure's traceback to its run row, written with the finish that landed:
+    one ``UPDATE`` by the run row's key for all of them (failures only; a crash before it
+    loses the traceback, never the run)."""
+    if not items:
+        return
+    runs, b = store.runs_table, sa.bindparam
+    stmt = sa.update(runs).where(
+        runs.c.task_name == b("k_name", type_=runs.c.task_name.type),
+        runs.c.token == b("k_token", type_=sa.BigInteger()),
+        runs.c.started_at == b("k_started", type_=runs.c.started_at.type),
+    ).values(traceback=b("k_traceback", type_=runs.c.traceback.type))
+    with store.autocommit() as conn:
+        conn.execute(stmt, [{"k_name": run.name, "k_token": run.token,
+                             "k_started": run.started_at, "k_traceback": text}
+                            for run, text in items])
+
+
 # -- reading -------------------------------------------------------------------------------
 def select_runs(
     store: StoreBase,
@@ -216,6 +235,7 @@ def run_info(row: Any) -> RunInfo:
         attempt=int(row["attempt"]), node_id=row["node_id"],
         scheduled_at=_utc(row["scheduled_at"]), started_at=_utc(row["started_at"]),
         finished_at=_utc(row["finished_at"]), status=row["status"], error=row["error"],
+        traceback=row.get("traceback"),
     )
 
 

@@ -20,10 +20,13 @@ from .tasks import parse_aware
                    "(2026-03-29T00:00:00Z)")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True,
               help="at most this many runs")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON array of runs")
+@click.option("--traceback", "tracebacks", is_flag=True,
+              help="after the table, the traceback of each run whose function raised")
+@click.option("--json", "as_json", is_flag=True,
+              help="print a JSON array of runs (tracebacks included)")
 @database_options
 def runs(name: str | None, status: tuple[str, ...], since: str | None, limit: int,
-         as_json: bool, url: str | None, table: str | None) -> None:
+         tracebacks: bool, as_json: bool, url: str | None, table: str | None) -> None:
     """Finished executions, newest first: of task NAME, or of every task.
 
     Each run: when it finished, status, duration, attempt, the node that ran it, its fencing
@@ -49,3 +52,11 @@ def runs(name: str | None, status: tuple[str, ...], since: str | None, limit: in
     more = " (the newest; --limit for more)" if len(found) == limit else ""
     render(runs_table(found, now, f"{len(found)} run(s) of {what}{more}, database time "
                                   f"{fmt_time(now)} UTC"))
+    if tracebacks:
+        shown = [run for run in found if run.traceback]
+        for run in shown:
+            click.echo(f"\n{run.name} · token {run.token} · {run.status} · finished "
+                       f"{fmt_time(run.finished_at)} UTC on {run.node_id}")
+            click.echo(run.traceback)
+        if not shown:
+            click.echo("\nno traceback among these runs (only a function that raised has one)")

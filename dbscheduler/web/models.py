@@ -107,6 +107,9 @@ class Run(BaseModel):
     finished_at: datetime
     status: str = Field(description=", ".join(RUN_STATUSES))
     error: str | None
+    traceback: str | None = Field(
+        default=None, description="the traceback of a failure that raised (innermost frames, "
+                                  "at most 8 KB)")
     duration: float = Field(description="seconds from start to finish")
 
 

@@ -1,6 +1,7 @@
 """The nodes and groups pages in a real browser (Debian's headless Chromium through
 Playwright), against ``dbscheduler web`` in its own process and a node on PostgreSQL: which
-nodes are alive and what each runs, and why a task waits, from the dashboard alone.
+nodes are alive and what each runs, why a task waits and why one failed (its traceback), from
+the dashboard alone.
 
 Screenshots land in ``tests/web/screenshots/`` (git-ignored) for people to look at.
 """
@@ -34,6 +35,14 @@ def browser() -> Iterator[Browser]:
         chromium.close()
 
 
+def parse_total(order: dict[str, object]) -> float:
+    return float(str(order["total"]))
+
+
+def import_orders(ctx: TaskContext) -> None:
+    parse_total({"id": 42, "total": "12,50 €"})
+
+
 @pytest.fixture
 def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
     """``worker-eu-1`` runs ``reports/daily`` of the full group ``reports`` (limit 1) while
@@ -57,6 +66,7 @@ def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
     scheduler.add("reports/daily", hold, schedule=FixedRate(3600), group="reports")
     scheduler.add("reports/weekly", lambda ctx: None, schedule=FixedRate(3600), group="reports")
     scheduler.add("cleanup", lambda ctx: None, schedule=FixedRate(3600), group="maintenance")
+    scheduler.add("import-orders", import_orders, schedule=FixedRate(3600))
     scheduler.handler("send-mail")(lambda ctx: None)
     scheduler.handler("digest")(lambda ctx: None)
     scheduler.start()
@@ -65,6 +75,9 @@ def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
     scheduler.trigger("reports/daily")
     wait_for(lambda: scheduler.info("reports/daily").running, what="reports/daily to run")
     scheduler.trigger("reports/weekly")
+    scheduler.trigger("import-orders")
+    wait_for(lambda: any(r.traceback for r in scheduler.runs("import-orders")),
+             what="import-orders to fail")
     yield scheduler
     release.set()
     scheduler.shutdown(timeout=5)
@@ -107,6 +120,16 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         assert "the group is full" in page.locator("#group-reason").inner_text()
         page.screenshot(path=SHOTS / "task-waiting-for-group.png")
 
+        # Why it failed, with its traceback.
+        page.goto(server.base + "tasks/import-orders")
+        run = page.locator("#runs tbody tr").first
+        assert "ValueError: could not convert string to float" in run.inner_text()
+        run.locator("details.traceback summary").click()
+        trace = run.locator("details.traceback pre")
+        trace.wait_for()
+        assert "in parse_total" in trace.inner_text() and "in import_orders" in trace.inner_text()
+        page.locator("#runs").screenshot(path=SHOTS / "task-traceback.png")
+
         phone = browser.new_context(viewport={"width": 390, "height": 844},
                                     device_scale_factor=2, is_mobile=True,
                                     timezone_id="Europe/Berlin", locale="en-GB")
@@ -116,6 +139,9 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         mobile.screenshot(path=SHOTS / "nodes-phone.png", full_page=True)
         mobile.goto(server.base + "groups")
         mobile.screenshot(path=SHOTS / "groups-phone.png", full_page=True)
+        mobile.goto(server.base + "tasks/import-orders")
+        mobile.locator("#runs details.traceback summary").first.click()
+        mobile.locator("#runs").screenshot(path=SHOTS / "task-traceback-phone.png")
         assert watch.problems == []
     finally:
         server.stop()

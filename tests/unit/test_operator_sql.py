@@ -1,14 +1,17 @@
-"""The node registry's statements on SQL Server and Oracle, checked without a server (the
-recording driver of ``test_dialect_sql``): the write, the prune, the reads, and the DDL."""
+"""The operator's statements on SQL Server and Oracle, checked without a server (the
+recording driver of ``test_dialect_sql``): the node registry's write, prune, reads and DDL,
+and the tracebacks added to run rows."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from dbscheduler._store import RunRecord
+from dbscheduler._store.history import write_tracebacks
 from dbscheduler._store.nodes import NodeRecord, node_rows, prune_nodes, recent_handlers, write_node
 from dbscheduler.migrate import offline_sql
 from tests.unit.test_dialect_sql import NOW, Reply, Rig, _executed, _param_values, _rig
@@ -79,3 +82,26 @@ def test_nodes_ddl(dialect: str) -> None:
     for column in ("started_at", "last_seen"):
         assert f"{column} {stamp} NOT NULL" in body
     assert "PRIMARY KEY (node_id)" in body
+
+
+def test_tracebacks_are_one_update_by_the_run_rows_key(rig: Rig) -> None:
+    started = datetime(2031, 7, 14, 12, 30, 40, 5, tzinfo=timezone.utc)
+    runs = [RunRecord("import", 7, 1, "node-Ab9", started, started),
+            RunRecord("report", 3, 2, "node-Ab9", started, started)]
+    write_tracebacks(rig.store, [(runs[0], "Traceback …\nKeyError: 'x'"),
+                                 (runs[1], "Traceback …\nValueError: y")])
+    (update,) = rig.db.find(r"^UPDATE scheduled_tasks_runs SET traceback")
+    text = " ".join(update.sql.split())
+    assert re.search(r"WHERE scheduled_tasks_runs\.task_name = \S+ AND scheduled_tasks_runs\."
+                     r"token = \S+ AND scheduled_tasks_runs\.started_at = \S+$", text), text
+    values = _param_values(update)
+    assert {"import", "report", 7, 3, "Traceback …\nKeyError: 'x'"} <= set(values)
+    assert "KeyError" not in update.sql
+
+
+@pytest.mark.parametrize("dialect", ["mssql", "oracle"])
+def test_traceback_column_ddl(dialect: str) -> None:
+    sql = offline_sql(dialect)
+    column = "NVARCHAR(max)" if dialect == "mssql" else "CLOB"
+    assert re.search(rf"ALTER TABLE scheduled_tasks_runs ADD traceback {re.escape(column)}",
+                     sql), sql[-800:]
