@@ -30,7 +30,7 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.controls import GroupInfo
 from ._taskinfo import task_info
-from .context import RunInfo, TaskInfo
+from .context import RunInfo, TaskInfo, parse_run_cursor
 from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
 from .logfields import engine_log
@@ -163,11 +163,15 @@ class Client(GroupsAndBatches):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int = 100,
+        node: str | None = None,
+        cursor: str | None = None,
     ) -> list[RunInfo]:
         """Finished executions from the run history, newest first: of the task ``name`` (all
         tasks when None), with ``status`` (one or several of ``success``, ``error``,
         ``lost``, ``cancelled``, ``timeout``, ``skipped``), finished at or after ``since``
-        and before ``until`` (aware datetimes), at most ``limit``.
+        and before ``until`` (aware datetimes), run by ``node``, at most ``limit``.
+        ``cursor``: the :attr:`RunInfo.cursor` of the last run of a previous page, for the
+        runs older than it (pages stay put while new runs arrive).
 
         A task that no longer exists keeps its runs until they are pruned; a name without
         runs gives an empty list.
@@ -188,7 +192,10 @@ class Client(GroupsAndBatches):
                                  f"tzinfo=timezone.utc), got {value!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ValueError(f"limit must be an integer from 1 to 100000, got {limit!r}")
-        return select_runs(self._store, name, statuses, since, until, limit)
+        if node is not None and (not isinstance(node, str) or not node):
+            raise ValueError(f"node must be a node id, got {node!r}")
+        before = parse_run_cursor(cursor) if cursor is not None else None
+        return select_runs(self._store, name, statuses, since, until, limit, node, before)
 
     def counts(self, overdue_after: timedelta | None = None) -> TaskCounts:
         """Tasks by state, in one aggregate query on the database clock (cheap with 10,000

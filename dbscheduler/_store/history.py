@@ -211,12 +211,21 @@ def select_runs(
     since: datetime | None,
     until: datetime | None,
     limit: int,
+    node: str | None = None,
+    before: tuple[datetime, int] | None = None,
 ) -> list[RunInfo]:
-    """Runs newest first (by ``finished_at``), filtered; one indexed query."""
+    """Runs newest first (by ``finished_at``, then ``id``), filtered; one indexed query.
+    ``before``: only runs older than ``(finished_at, id)`` (the last of a previous page)."""
     runs = store.runs_table
     stmt = sa.select(runs)
     if name is not None:
         stmt = stmt.where(runs.c.task_name == name)
+    if node is not None:
+        stmt = stmt.where(runs.c.node_id == node)
+    if before is not None:
+        at, id_ = before
+        stmt = stmt.where(sa.or_(runs.c.finished_at < at,
+                                 sa.and_(runs.c.finished_at == at, runs.c.id < id_)))
     if statuses:
         stmt = stmt.where(runs.c.status.in_(list(statuses)))
     if since is not None:

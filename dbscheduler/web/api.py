@@ -174,22 +174,38 @@ def bulk_trigger(request: Request, body: BulkBody) -> JSONResponse:
 # routes with a suffix come first so that `a/b/upcoming` is not read as a task named so.
 
 
+NodeParam = Annotated[str | None, Query(description="only runs of this node id",
+                                        min_length=1, max_length=255)]
+CursorParam = Annotated[str | None, Query(
+    description="next_cursor of the previous page: the runs older than its last one",
+    max_length=200)]
+
+
 def _runs(client: Client, name: str | None, status: list[RunStatus] | None,
-          since: datetime | None, until: datetime | None, limit: int) -> JSONResponse:
-    found = client.runs(name, status=status, since=since, until=until, limit=limit)
-    return JSONResponse({"runs": [run.to_dict() for run in found], "limit": limit})
+          since: datetime | None, until: datetime | None, limit: int,
+          node: str | None = None, cursor: str | None = None) -> JSONResponse:
+    found = client.runs(name, status=status, since=since, until=until, limit=limit, node=node,
+                        cursor=cursor)
+    more = found[-1].cursor if len(found) == limit else None
+    return JSONResponse({"runs": [run.to_dict() for run in found], "limit": limit,
+                         "next_cursor": more})
 
 
-@router.get("/runs", response_model=RunList, summary="Latest runs of all tasks")
+@router.get("/runs", response_model=RunList, summary="Runs of all tasks")
 def list_runs(
     request: Request,
+    task: Annotated[str | None, Query(description="only runs of this task",
+                                      min_length=1, max_length=255)] = None,
+    node: NodeParam = None,
     status: RunStatusParam = None,
     since: SinceParam = None,
     until: UntilParam = None,
+    cursor: CursorParam = None,
     limit: RunLimitParam = 100,
 ) -> JSONResponse:
-    """Finished executions of every task, newest first, filtered by status and time."""
-    return _runs(client_of(request), None, status, since, until, limit)
+    """Finished executions, newest first, filtered by task, node, status and time; a page
+    that is full gives ``next_cursor`` for the next, older one."""
+    return _runs(client_of(request), task, status, since, until, limit, node, cursor)
 
 
 @router.get("/tasks/{name:path}/runs", response_model=RunList, responses=_TASK_ERRORS,
@@ -200,6 +216,8 @@ def task_runs(
     status: RunStatusParam = None,
     since: SinceParam = None,
     until: UntilParam = None,
+    node: NodeParam = None,
+    cursor: CursorParam = None,
     limit: RunLimitParam = 100,
 ) -> JSONResponse:
     """The task's finished executions, newest first (a deleted task's runs too, until they
@@ -207,7 +225,7 @@ def task_runs(
     client = client_of(request)
     if _suffix_was_encoded(request, "runs"):
         return JSONResponse(_task(client, f"{name}/runs"))
-    return _runs(client, name, status, since, until, limit)
+    return _runs(client, name, status, since, until, limit, node, cursor)
 
 
 @router.get("/tasks/{name:path}/upcoming", response_model=UpcomingTimes,

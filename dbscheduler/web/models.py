@@ -118,6 +118,8 @@ class RunList(BaseModel):
 
     runs: list[Run]
     limit: int
+    next_cursor: str | None = Field(
+        default=None, description="when the page is full: the cursor of its next, older page")
 
 
 class Node(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -266,31 +266,104 @@ def task_partial(request: Request, name: str) -> Response:
     return render(request, "_task_live.html", _task_context(request, name))
 
 
-def _runs_context(request: Request, status: str | None) -> dict[str, Any]:
+RUNS_PAGE = 50
+"""Runs per page of the runs page (older ones a click away, by cursor)."""
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs page's filters, as given in its URL; an unreadable one is ignored and said."""
+
+    task: str | None = None
+    node: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    cursor: str | None = None
+
+    def query(self, **changes: Any) -> str:
+        """The page's query string with ``changes`` (None removes a filter)."""
+        values = {"task": self.task, "node": self.node, "status": self.status,
+                  "since": self.since.isoformat() if self.since else None,
+                  "until": self.until.isoformat() if self.until else None,
+                  "cursor": self.cursor, **changes}
+        kept = {k: v for k, v in values.items() if v}
+        return "?" + urlencode(kept) if kept else ""
+
+    @property
+    def any(self) -> bool:
+        return any((self.task, self.node, self.status, self.since, self.until))
+
+
+def _when(text: str | None, label: str, problems: list[str]) -> datetime | None:
+    """An ISO 8601 time from the URL; without an offset it is UTC (a form sent without the
+    page's script)."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        problems.append(f"{label} {text!r} is not a date and time; it was ignored")
+        return None
+    return value if value.utcoffset() is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _runs_context(request: Request, task: str | None, node: str | None, status: str | None,
+                  since: str | None, until: str | None, cursor: str | None) -> dict[str, Any]:
     client = request.app.state.dashboard.client
-    status = status if status in RUN_STATUSES else None
+    problems: list[str] = []
+    filters = RunFilters(
+        (task or "").strip() or None, (node or "").strip() or None,
+        status if status in RUN_STATUSES else None,
+        _when(since, "From", problems), _when(until, "To", problems), cursor or None)
+    try:
+        runs = client.runs(filters.task, status=filters.status, since=filters.since,
+                           until=filters.until, node=filters.node, cursor=filters.cursor,
+                           limit=RUNS_PAGE)
+    except ValueError as exc:
+        problems.append(str(exc))
+        runs = []
+    base = request.url_for("runs_page").path
+    try:
+        nodes = [n.node_id for n in client.nodes()]
+    except Exception:  # a table older than the node registry: no list to offer
+        nodes = []
     return {
         **chrome(request),
         "now": client.db_now(),
-        "runs": client.runs(status=status, limit=PAGE_SIZE),
+        "runs": runs,
         "statuses": RUN_STATUSES,
-        "status": status,
-        "page_size": PAGE_SIZE,
+        "status": filters.status,
+        "filters": filters,
+        "problems": problems,
+        "node_ids": nodes,
+        "runs_url": base,
+        "status_url": lambda s: base + filters.query(status=s, cursor=None),
+        "older_url": (base + filters.query(cursor=runs[-1].cursor)
+                      if len(runs) == RUNS_PAGE else None),
+        "newest_url": base + filters.query(cursor=None) if filters.cursor else None,
+        "page_size": RUNS_PAGE,
         "task_url": lambda name: task_url(request, name),
         "fmt_duration": fmt_duration,
     }
 
 
 @router.get("/runs", name="runs_page")
-def runs_page(request: Request, status: str | None = None) -> Response:
-    """The latest runs of all tasks, filtered by status."""
-    return render(request, "runs.html", _runs_context(request, status))
+def runs_page(request: Request, task: str | None = None, node: str | None = None,
+              status: str | None = None, since: str | None = None, until: str | None = None,
+              cursor: str | None = None) -> Response:
+    """Runs of all tasks, filtered by task, node, status and time, a page at a time."""
+    return render(request, "runs.html",
+                  _runs_context(request, task, node, status, since, until, cursor))
 
 
 @router.get("/partials/runs", name="runs_partial")
-def runs_partial(request: Request, status: str | None = None) -> Response:
+def runs_partial(request: Request, task: str | None = None, node: str | None = None,
+                 status: str | None = None, since: str | None = None,
+                 until: str | None = None, cursor: str | None = None) -> Response:
     """The live region of the runs page."""
-    return render(request, "_runs_live.html", _runs_context(request, status))
+    return render(request, "_runs_live.html",
+                  _runs_context(request, task, node, status, since, until, cursor))
 
 
 def _nodes_context(request: Request) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The nodes and groups pages in a real browser (Debian's headless Chromium through
 Playwright), against ``dbscheduler web`` in its own process and a node on PostgreSQL: which
-nodes are alive and what each runs, why a task waits and why one failed (its traceback), from
-the dashboard alone.
+nodes are alive and what each runs, why a task waits, why one failed (its traceback) and what
+ran on a node between two times, from the dashboard alone.
 
 Screenshots land in ``tests/web/screenshots/`` (git-ignored) for people to look at.
 """
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from playwright.sync_api import Browser, sync_playwright
 
 from dbscheduler import FixedRate, Scheduler, TaskContext
-from dbscheduler.companion_tables import make_nodes_table
+from dbscheduler.companion_tables import make_nodes_table, make_runs_table
 from tests.web.conftest import wait_for
 from tests.web.test_browser import SHOTS, Server, Watch, wait_for_refresh
 
@@ -55,6 +55,19 @@ def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
             node_id="worker-old", host="build-7", pid=311, version="0.0.9", tags="[]",
             handlers='["send-mail"]', started_at=seen - timedelta(hours=3), last_seen=seen,
             running=0))
+        # What ran around 10:00 UTC on 2 March: two runs of worker-old within 10:00–10:05.
+        t10 = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)
+        conn.execute(sa.insert(make_runs_table(table)), [
+            {"task_name": task, "token": i + 1, "attempt": 1, "node_id": node_id,
+             "scheduled_at": t10 + timedelta(minutes=m), "started_at": t10 + timedelta(minutes=m),
+             "finished_at": t10 + timedelta(minutes=m, seconds=4), "status": status,
+             "error": "ConnectionError: smtp refused" if status == "error" else None}
+            for i, (m, task, node_id, status) in enumerate((
+                (-3, "send-digest", "worker-old", "success"),
+                (1, "send-digest", "worker-old", "error"),
+                (2, "reports/daily", "worker-eu-1", "success"),
+                (3, "cleanup", "worker-old", "success"),
+                (7, "send-digest", "worker-old", "success")))])
     engine.dispose()
     release = threading.Event()
     scheduler = Scheduler(url, table=table, node_id="worker-eu-1", tags=["eu", "gpu"], lease=3,
@@ -130,6 +143,25 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         assert "in parse_total" in trace.inner_text() and "in import_orders" in trace.inner_text()
         page.locator("#runs").screenshot(path=SHOTS / "task-traceback.png")
 
+        # What ran on node worker-old between 10:00 and 10:05 UTC (11:00–11:05 in Berlin)?
+        page.click('nav.nav a:text-is("Runs")')
+        page.wait_for_url("**/runs")
+        page.fill('#run-filters input[name="node"]', "worker-old")
+        page.fill('#run-filters input[name="since"]', "2026-03-02T11:00:00")
+        page.fill('#run-filters input[name="until"]', "2026-03-02T11:05:00")
+        page.click('#run-filters button[type="submit"]')
+        page.wait_for_url("**/runs?node=worker-old&since=2026-03-02T10%3A00%3A00.000Z"
+                          "&until=2026-03-02T10%3A05%3A00.000Z")
+        shown = page.eval_on_selector_all(
+            "table.runs tbody tr .task-link", "links => links.map(a => a.textContent)")
+        assert shown == ["cleanup", "send-digest"]
+        assert "2 runs on worker-old" in page.locator("#runs-summary").inner_text()
+        # The form shows the times back in the browser's zone.
+        assert page.input_value('#run-filters input[name="since"]').startswith("2026-03-02T11:00")
+        wait_for_refresh(page)  # the live refresh keeps the filters
+        assert page.locator("table.runs tbody tr").count() == 2
+        page.screenshot(path=SHOTS / "runs-filtered.png", full_page=True)
+
         phone = browser.new_context(viewport={"width": 390, "height": 844},
                                     device_scale_factor=2, is_mobile=True,
                                     timezone_id="Europe/Berlin", locale="en-GB")
@@ -142,6 +174,8 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         mobile.goto(server.base + "tasks/import-orders")
         mobile.locator("#runs details.traceback summary").first.click()
         mobile.locator("#runs").screenshot(path=SHOTS / "task-traceback-phone.png")
+        mobile.goto(server.base + "runs?node=worker-old")
+        mobile.screenshot(path=SHOTS / "runs-phone.png", full_page=True)
         assert watch.problems == []
     finally:
         server.stop()

@@ -409,12 +409,35 @@
     });
   }
 
+  // ---- the runs page: filters typed in the browser's time zone, sent as UTC -------------
+  function initRunFilters() {
+    const form = document.getElementById("run-filters");
+    if (!form) return;
+    for (const input of form.querySelectorAll("input[data-utc]")) {
+      if (input.dataset.utc) input.value = localInputValue(new Date(input.dataset.utc)) +
+        ":" + String(new Date(input.dataset.utc).getSeconds()).padStart(2, "0");
+    }
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const params = new URLSearchParams();
+      for (const [key, value] of new FormData(form)) {
+        if (!value) continue;
+        const input = form.elements.namedItem(key);
+        params.set(key, input && input.dataset && "utc" in input.dataset
+          ? new Date(value).toISOString() : value);
+      }
+      const query = params.toString();
+      location.assign(form.action + (query ? "?" + query : ""));
+    });
+  }
+
   // ---- start ------------------------------------------------------------------------------
   readSkew(document);
   localize(document);
   if (live) {
     if (document.getElementById("search")) initTasksPage();
     else if (live.dataset.page === "batches") initBatchesPage();
+    else if (live.dataset.page === "runs") initRunFilters();
     else if (!readOnly) initTaskPage();
     schedule();
   }
