@@ -18,6 +18,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..client import Client
+from ..context import TaskInfo
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
 from ..schedules import parse
 from .models import (
@@ -37,7 +38,7 @@ from .models import (
     TaskList,
     UpcomingTimes,
 )
-from .views import STATES, count_states, filter_tasks, paginate, upcoming
+from .views import STATES, count_states, filter_tasks, is_batch_key, paginate, upcoming
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "router"]
 
@@ -113,10 +114,14 @@ def list_tasks(
     q: Annotated[str | None, Query(description="part of the name or schedule")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    kind: Annotated[Literal["tasks", "all"], Query(
+        description="tasks: leave batch keys out (they are listed by /api/batches); all: "
+                    "every row")] = "tasks",
 ) -> JSONResponse:
-    """Tasks ordered by name, filtered by state and search text, one page at a time."""
+    """Tasks ordered by name, filtered by state and search text, one page at a time; batch
+    keys only with ``kind=all``."""
     client = client_of(request)
-    infos = client.tasks()
+    infos, hidden = without_batch_keys(client, client.tasks(), kind)
     now = client.db_now()
     page = paginate(filter_tasks(infos, now, state, q), limit, offset)
     return JSONResponse({
@@ -126,7 +131,19 @@ def list_tasks(
         "offset": offset,
         "counts": count_states(infos, now),
         "db_now": now.isoformat(),
+        "batch_keys": hidden,
     })
+
+
+def without_batch_keys(client: Client, infos: list[TaskInfo], kind: str
+                       ) -> tuple[list[TaskInfo], int]:
+    """``infos`` without the batch keys' rows unless ``kind`` is ``all``, and how many were
+    left out."""
+    if kind == "all":
+        return infos, 0
+    pending = {b.name for b in client.batches()}
+    kept = [info for info in infos if not is_batch_key(info, pending)]
+    return kept, len(infos) - len(kept)
 
 
 def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
@@ -134,7 +151,9 @@ def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
     if body.names is not None:
         names = list(dict.fromkeys(body.names))
     else:
-        names = [i.name for i in filter_tasks(client.tasks(), client.db_now(), body.state, body.q)]
+        # What the tasks listing shows: batch keys are dropped on the batches page.
+        shown, _ = without_batch_keys(client, client.tasks(), "tasks")
+        names = [i.name for i in filter_tasks(shown, client.db_now(), body.state, body.q)]
     done: list[str] = []
     failed: list[dict[str, str]] = []
     for name in names:

@@ -169,6 +169,7 @@ class TaskList(BaseModel):
     offset: int
     counts: dict[str, int] = Field(description="tasks in each state (all, running, paused, …)")
     db_now: datetime = Field(description="the database clock the states were computed on")
+    batch_keys: int = Field(default=0, description="batch keys left out (kind=tasks)")
 
 
 class UpcomingTimes(BaseModel):

@@ -143,17 +143,25 @@ def _row(request: Request, info: TaskInfo, now: datetime) -> TaskRow:
                    _duration(info), task_url(request, info.name))
 
 
-def _tasks_context(request: Request, state: str | None, q: str | None, page: int
-                   ) -> dict[str, Any]:
+def _tasks_context(request: Request, state: str | None, q: str | None, page: int,
+                   kind: str | None = None) -> dict[str, Any]:
+    from .api import without_batch_keys  # the API's own rule, so both always agree
+
     client = request.app.state.dashboard.client
-    infos = client.tasks()
+    kind = "all" if kind == "all" else None
+    infos, hidden = without_batch_keys(client, client.tasks(), kind or "tasks")
     now = client.db_now()
     state = state if state in STATES else None
     matching = filter_tasks(infos, now, state, q)
     listing = paginate(matching, PAGE_SIZE, (page - 1) * PAGE_SIZE)
 
     def page_url(number: int) -> str:
-        params = {k: v for k, v in (("state", state), ("q", q), ("page", number)) if v}
+        params = {k: v for k, v in (("state", state), ("q", q), ("kind", kind),
+                                    ("page", number)) if v}
+        return root_of(request) + ("?" + urlencode(params) if params else "")
+
+    def state_url(value: str | None) -> str:
+        params = {k: v for k, v in (("state", value), ("q", q), ("kind", kind)) if v}
         return root_of(request) + ("?" + urlencode(params) if params else "")
 
     return {
@@ -171,6 +179,14 @@ def _tasks_context(request: Request, state: str | None, q: str | None, page: int
         "prev_url": page_url(page - 1) if page > 1 else None,
         "next_url": page_url(page + 1) if listing.offset + PAGE_SIZE < listing.total else None,
         "fmt_duration": fmt_duration,
+        "kind": kind,
+        "batch_keys": hidden,
+        "state_url": state_url,
+        "with_keys_url": root_of(request) + "?" + urlencode(
+            {k: v for k, v in (("state", state), ("q", q), ("kind", "all")) if v}),
+        "tasks_only_url": root_of(request) + "?" + urlencode(
+            {k: v for k, v in (("state", state), ("q", q)) if v}),
+        "batches_url": request.url_for("batches_page").path,
     }
 
 
@@ -185,16 +201,17 @@ PageParam = Annotated[int, Query(ge=1)]
 
 @router.get("/", name="tasks_page")
 def tasks_page(request: Request, state: str | None = None, q: str | None = None,
-               page: PageParam = 1) -> Response:
-    """Every task, counts by state, filter and search, bulk actions."""
-    return render(request, "tasks.html", _tasks_context(request, state, q, page))
+               page: PageParam = 1, kind: str | None = None) -> Response:
+    """Every task, counts by state, filter and search, bulk actions (batch keys only with
+    ``kind=all``: they have the batches page)."""
+    return render(request, "tasks.html", _tasks_context(request, state, q, page, kind))
 
 
 @router.get("/partials/tasks", name="tasks_partial")
 def tasks_partial(request: Request, state: str | None = None, q: str | None = None,
-                  page: PageParam = 1) -> Response:
+                  page: PageParam = 1, kind: str | None = None) -> Response:
     """The live region of the tasks page."""
-    return render(request, "_tasks_live.html", _tasks_context(request, state, q, page))
+    return render(request, "_tasks_live.html", _tasks_context(request, state, q, page, kind))
 
 
 def _task_context(request: Request, name: str) -> dict[str, Any]:

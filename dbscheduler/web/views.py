@@ -5,7 +5,7 @@ shared by the HTML pages and the JSON routes so that both always agree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, get_args
@@ -23,6 +23,7 @@ __all__ = [
     "count_states",
     "describe_schedule",
     "filter_tasks",
+    "is_batch_key",
     "paginate",
     "parse_schedule",
     "states_of",
@@ -86,6 +87,21 @@ def filter_tasks(
             continue
         out.append(info)
     return out
+
+
+def is_batch_key(info: TaskInfo, pending: Collection[str] = ()) -> bool:
+    """Whether ``info`` is a batch key's row (``<handler>/<key>``, delivered once by its
+    batch handler) rather than a task: a row with items ``pending``, or one named and
+    scheduled as a push makes them (its items delivered a moment ago).
+
+    >>> is_batch_key(client.info("digest/ann@example.com"))   # doctest: +SKIP
+    True
+    """
+    if info.name in pending:
+        return True
+    handler = info.handler
+    return bool(handler and handler != info.name and info.name.startswith(f"{handler}/")
+                and (info.schedule or "").startswith("once "))
 
 
 @dataclass(frozen=True)
