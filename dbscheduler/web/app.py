@@ -123,7 +123,7 @@ def create_app(
             '`{"error": code, "message": text}`.'
         ),
         openapi_url="/api/openapi.json",
-        docs_url=None,  # Swagger UI loads from a CDN; the document is enough
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: /api/docs serves it locally
         redoc_url=None,
     )
     app.state.dashboard = Dashboard(client, read_only, auth, templates, allow)
@@ -132,10 +132,41 @@ def create_app(
     app.include_router(queue.queue_router)
     app.include_router(pages.router)
     app.add_api_route("/metrics", _metrics, include_in_schema=False)
+    app.add_api_route("/api/docs", _docs, include_in_schema=False, name="api_docs")
+    assets = _swagger_assets()
+    if assets is not None:
+        app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs_assets")
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     _add_errors(app)
     app.middleware("http")(_guard)
     return app
+
+
+DOCS_ASSETS = "/api/docs/assets"
+"""Where Swagger UI's files (from the ``swagger-ui-bundle`` package) are served."""
+
+
+def _swagger_assets() -> str | None:
+    try:
+        from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return str(swagger_ui_path)
+
+
+def _docs(request: Request) -> Response:
+    """Interactive API docs (Swagger UI) on the app's OpenAPI document, from the installed
+    ``swagger-ui-bundle`` package: nothing is loaded from another site."""
+    if _swagger_assets() is None:
+        return error_response(request, 404, "not_found", "/api/docs needs swagger-ui-bundle: "
+                              "install dbscheduler[web]; the document is /api/openapi.json")
+    dashboard: Dashboard = request.app.state.dashboard
+    root = pages.root_of(request)
+    return dashboard.templates.TemplateResponse(request, "docs.html", {
+        "root": root, "table": dashboard.client.table,
+        "assets": root + DOCS_ASSETS.lstrip("/"),
+        "openapi_url": root + "api/openapi.json",
+    })
 
 
 def _metrics(request: Request) -> Response:
@@ -229,7 +260,7 @@ SECURITY_HEADERS = {
 
 async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     # Read before routing: a mount (the static files) rewrites the scope's root_path.
-    static = _route_path(request).startswith("/static/")
+    static = _route_path(request).startswith(("/static/", DOCS_ASSETS + "/"))
     response = await _checked(request, call_next)
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)

@@ -162,6 +162,16 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         assert page.locator("table.runs tbody tr").count() == 2
         page.screenshot(path=SHOTS / "runs-filtered.png", full_page=True)
 
+        # The interactive API docs, served by the app itself (no CDN, under its CSP).
+        requested: list[str] = []
+        page.on("request", lambda r: requested.append(r.url))
+        page.goto(server.base + "api/docs")
+        page.locator(".opblock-summary-path", has_text="/api/nodes").first.wait_for()
+        assert page.locator(".opblock").count() >= 20
+        page.screenshot(path=SHOTS / "api-docs.png")
+        off_site = [u for u in requested if not u.startswith((server.base, "data:"))]
+        assert off_site == []
+
         phone = browser.new_context(viewport={"width": 390, "height": 844},
                                     device_scale_factor=2, is_mobile=True,
                                     timezone_id="Europe/Berlin", locale="en-GB")

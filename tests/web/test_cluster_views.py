@@ -75,3 +75,14 @@ def test_put_warns_of_a_handler_no_node_has(cluster: tuple[Scheduler, TestClient
         "no live or recent node has the handler 'ecko' (did you mean 'echo'?)")
     fine = http.put("/api/tasks/r-2", json={"handler": "echo", "schedule": "fixed-rate 60s"})
     assert fine.status_code == 200 and fine.json()["warning"] is None
+
+
+def test_api_docs_are_served_by_the_app_itself(cluster: tuple[Scheduler, TestClient]) -> None:
+    _, http = cluster
+    page = http.get("/api/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert 'data-openapi="/api/openapi.json"' in page.text
+    assert "//" not in page.text.split("<body>")[1].replace("http://www.w3.org", "")
+    bundle = http.get("/api/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text
+    assert "no-store" not in bundle.headers.get("cache-control", "")
