@@ -170,14 +170,23 @@ def _docs(request: Request) -> Response:
 
 
 def _metrics(request: Request) -> Response:
-    """The process's Prometheus registry: what a :class:`~dbscheduler.metrics.PrometheusMetrics`
-    listener on the served scheduler counts (extra ``dbscheduler[prometheus]``)."""
+    """The process's Prometheus registry (what a :class:`~dbscheduler.metrics.PrometheusMetrics`
+    listener on the served scheduler counts) and, unless that listener already reports them,
+    the cluster-wide gauges of the dashboard's table (extra ``dbscheduler[prometheus]``)."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from ..metrics import cluster_registry, reports_cluster
     except ImportError:
         return error_response(request, 404, "not_found",
                               "/metrics needs prometheus_client: install dbscheduler[prometheus]")
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest()
+    if not reports_cluster():
+        state = request.app.state
+        if getattr(state, "cluster_registry", None) is None:
+            state.cluster_registry = cluster_registry(state.dashboard.client)
+        body += generate_latest(state.cluster_registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 # -- who may do what -----------------------------------------------------------------------
