@@ -34,11 +34,21 @@ from .models import (
     RunList,
     ScheduleBody,
     ScheduledTask,
+    SchedulePreview,
     Task,
     TaskList,
     UpcomingTimes,
 )
-from .views import STATES, count_states, filter_tasks, is_batch_key, paginate, upcoming
+from .views import (
+    STATES,
+    count_states,
+    describe_schedule,
+    filter_tasks,
+    is_batch_key,
+    paginate,
+    preview,
+    upcoming,
+)
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "router"]
 
@@ -349,6 +359,24 @@ def delete(request: Request, name: str, force: bool = False) -> JSONResponse:
     declares the task inserts it again when it starts."""
     client_of(request).delete(name, force=force)
     return JSONResponse({"deleted": name})
+
+
+@router.get("/schedules/preview", response_model=SchedulePreview, summary="Preview a schedule")
+def schedule_preview(
+    request: Request,
+    schedule: Annotated[str, Query(description="schedule text, as PUT /api/tasks takes it",
+                                   min_length=1, max_length=500,
+                                   examples=["cron 0 8 * * 1-5 Europe/Berlin"])],
+    n: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> JSONResponse:
+    """The schedule in words and the first ``n`` due times of a task created with it now
+    (database clock); 422 says what is wrong with the text."""
+    try:
+        coming = preview(schedule, client_of(request).db_now(), n)
+    except ValueError as exc:
+        raise ValueError(f"schedule: {exc}") from None
+    return JSONResponse({"schedule": schedule, "words": describe_schedule(schedule),
+                         "times": [t.isoformat() for t in coming.times], "note": coming.note})
 
 
 @router.get("/nodes", response_model=NodeList, tags=["cluster"], summary="Nodes")

@@ -26,6 +26,7 @@ __all__ = [
     "Run",
     "RunList",
     "ScheduleBody",
+    "SchedulePreview",
     "ScheduledTask",
     "Task",
     "TaskList",
@@ -177,6 +178,15 @@ class UpcomingTimes(BaseModel):
 
     name: str
     schedule: str | None
+    times: list[datetime]
+    note: str | None
+
+
+class SchedulePreview(BaseModel):
+    """What a schedule text means: in words, and the first due times of a task created now."""
+
+    schedule: str
+    words: str
     times: list[datetime]
     note: str | None
 

@@ -240,6 +240,7 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
         "fmt_duration": fmt_duration,
         "group": group,
         "groups_url": request.url_for("groups_page").path,
+        "edit_url": request.url_for("edit_page").path + "?" + urlencode({"name": info.name}),
     }
 
 
@@ -381,6 +382,36 @@ def runs_partial(request: Request, task: str | None = None, node: str | None = N
     """The live region of the runs page."""
     return render(request, "_runs_live.html",
                   _runs_context(request, task, node, status, since, until, cursor))
+
+
+def _known_handlers(client: Any) -> list[str]:
+    """Handlers of the nodes seen in the last day (the registry), for the edit form."""
+    try:
+        nodes = client.nodes()
+    except Exception:  # a table older than the registry: the field takes any name
+        return []
+    return sorted({h for n in nodes for h in n.handlers})
+
+
+@router.get("/edit", name="edit_page")
+def edit_page(request: Request, name: str | None = None) -> Response:
+    """Create a runtime task, or change one (``?name=``): handler, schedule text checked as
+    typed with its next due times, data as JSON. Admins only: a read-only view says so."""
+    client = request.app.state.dashboard.client
+    info = client.info(name) if name else None
+    declared = info is not None and (info.builtin or not info.handler
+                                     or info.handler == info.name)
+    data_json = ""
+    if info is not None and info.data is not None:
+        data_json = json.dumps(info.data, indent=2, ensure_ascii=False)
+    return render(request, "edit.html", {
+        **chrome(request),
+        "info": info,
+        "declared": declared,
+        "handlers": _known_handlers(client),
+        "data_json": data_json,
+        "task_url": task_url(request, info.name) if info is not None else None,
+    })
 
 
 def _nodes_context(request: Request) -> dict[str, Any]:

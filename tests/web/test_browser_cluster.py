@@ -162,6 +162,47 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         assert page.locator("table.runs tbody tr").count() == 2
         page.screenshot(path=SHOTS / "runs-filtered.png", full_page=True)
 
+        # A runtime task created and changed from the dashboard, without a deploy.
+        page.goto(server.base)
+        page.click("#new-task")
+        page.wait_for_url("**/edit")
+        page.fill("#f-name", "mail/customer-42")
+        page.fill("#f-handler", "send-mail")
+        page.fill("#f-schedule", "every hour")
+        page.locator("#schedule-preview .field-error", has_text="unknown kind 'every'").wait_for()
+        page.fill("#f-schedule", "fixed-rate 3600s")
+        page.locator("#schedule-preview .preview-words", has_text="every hour").wait_for()
+        assert page.locator("#schedule-preview li").count() == 5
+        page.fill("#f-data", '{"customer": 42,')
+        assert "Not JSON" in page.locator("#data-error").inner_text()
+        page.fill("#f-data", '{"customer": 42}')
+        assert page.locator("#data-error").is_hidden()
+        page.screenshot(path=SHOTS / "task-new.png", full_page=True)
+        page.click("#save")
+        page.wait_for_url("**/tasks/mail%2Fcustomer-42")
+        page.locator("#toast", has_text="Saved.").wait_for()
+        created = node.info("mail/customer-42")
+        assert (created.handler, created.schedule, created.data) == (
+            "send-mail", "fixed-rate 3600s", {"customer": 42})
+        page.click("#edit-task")
+        page.wait_for_url("**/edit?name=mail%2Fcustomer-42")
+        assert page.input_value("#f-schedule") == "fixed-rate 3600s"
+        page.fill("#f-schedule", "cron 0 8 * * 1-5 Europe/Berlin")
+        page.locator("#schedule-preview .preview-words",
+                     has_text="08:00 Europe/Berlin").wait_for()
+        page.fill("#f-handler", "send-mial")
+        page.click("#save")
+        page.wait_for_url("**/tasks/mail%2Fcustomer-42")
+        page.locator("#toast", has_text="did you mean 'send-mail'?").wait_for()
+        changed = node.info("mail/customer-42")
+        assert (changed.handler, changed.schedule) == (
+            "send-mial", "cron 0 8 * * 1-5 Europe/Berlin")
+        assert created.total_attempt == changed.total_attempt
+        page.screenshot(path=SHOTS / "task-edited.png")
+        # The bad schedule typed on purpose was answered 422; nothing else may have failed.
+        expected = ("/api/schedules/preview", "status of 422 (Unprocessable Entity)")
+        watch.problems = [p for p in watch.problems if not any(e in p for e in expected)]
+
         # The interactive API docs, served by the app itself (no CDN, under its CSP).
         requested: list[str] = []
         page.on("request", lambda r: requested.append(r.url))

@@ -86,3 +86,24 @@ def test_api_docs_are_served_by_the_app_itself(cluster: tuple[Scheduler, TestCli
     bundle = http.get("/api/docs/assets/swagger-ui-bundle.js")
     assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text
     assert "no-store" not in bundle.headers.get("cache-control", "")
+
+
+def test_the_edit_page_is_for_admins_and_runtime_tasks(
+        cluster: tuple[Scheduler, TestClient], migrated: tuple[str, str]) -> None:
+    node, http = cluster
+    node.schedule("mail/7", "echo", FixedRate(60), data={"to": "ann"})
+    edit = http.get("/edit", params={"name": "mail/7"}).text
+    assert 'id="task-form"' in edit and "&#34;to&#34;: &#34;ann&#34;" in edit
+    assert 'id="f-name" name="name"' in edit and "readonly" in edit
+    assert "Declared in code" in http.get("/edit", params={"name": "hold"}).text
+    assert 'id="edit-task"' in http.get("/tasks/mail%2F7").text
+    assert 'id="edit-task"' not in http.get("/tasks/hold").text
+    preview = http.get("/api/schedules/preview", params={"schedule": "fixed-rate 60s", "n": 3})
+    assert preview.json()["words"] == "every minute" and len(preview.json()["times"]) == 3
+    bad = http.get("/api/schedules/preview", params={"schedule": "dynamic x"})
+    assert bad.status_code == 422 and bad.json()["message"].startswith("schedule:")
+    url, table = migrated
+    with TestClient(create_app(url, table=table, read_only=True)) as viewer:
+        page = viewer.get("/edit").text
+        assert "Read-only" in page and 'id="task-form"' not in page
+        assert 'id="new-task"' not in viewer.get("/").text

@@ -52,7 +52,7 @@ ROUTES = {
     ("/api/tasks/{name}", "put"), ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
     ("/api/runs", "get"), ("/api/tasks/{name}/runs", "get"),
     ("/api/batches", "get"), ("/api/batches/drop", "post"),
-    ("/api/nodes", "get"), ("/api/groups", "get"),
+    ("/api/nodes", "get"), ("/api/groups", "get"), ("/api/schedules/preview", "get"),
     ("/v3/queue/{merge_key}/{method}/{service}", "post"),
     ("/v3/queue/{merge_key}/{method}/{service}", "delete"),
 }
