@@ -333,8 +333,11 @@ def _add_errors(app: FastAPI) -> None:
     def database(request: Request, exc: Exception) -> Response:
         orig = getattr(exc, "orig", None) or exc
         logger.warning("database error on %s %s: %s", request.method, request.url.path, orig)
-        return error_response(request, 503, "database",
-                              f"database error: {type(orig).__name__}; see the server log")
+        return error_response(
+            request, 503, "database",
+            f"the database did not answer as expected ({type(orig).__name__}); the server log "
+            "has the details. A database that is restarting or unreachable answers again by "
+            "itself.")
 
     def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

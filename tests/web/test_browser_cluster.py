@@ -142,6 +142,12 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         trace.wait_for()
         assert "in parse_total" in trace.inner_text() and "in import_orders" in trace.inner_text()
         page.locator("#runs").screenshot(path=SHOTS / "task-traceback.png")
+        # "Run now" shows its run as the node writes it, the traceback with it.
+        page.click('[data-action="trigger"]')
+        page.click("#confirm-ok")
+        page.wait_for_function(
+            "() => document.querySelectorAll('#runs tbody tr details.traceback').length === 2",
+            timeout=10_000)
 
         # What ran on node worker-old between 10:00 and 10:05 UTC (11:00–11:05 in Berlin)?
         page.click('nav.nav a:text-is("Runs")')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -107,3 +108,10 @@ def test_the_edit_page_is_for_admins_and_runtime_tasks(
         page = viewer.get("/edit").text
         assert "Read-only" in page and 'id="task-form"' not in page
         assert 'id="new-task"' not in viewer.get("/").text
+
+
+def test_an_unavailable_database_page_tries_again_by_itself(tmp_path: Path) -> None:
+    with TestClient(create_app(f"sqlite:///{tmp_path / 'none.sqlite3'}")) as http:
+        page = http.get("/")
+    assert page.status_code == 503
+    assert 'id="retry" data-retry-s="5"' in page.text

@@ -355,7 +355,30 @@
     }[action];
     if (!words) return;
     if (!await confirmDialog({ title: words[0], message: words[1], okLabel: words[2] })) return;
-    await run(() => call("POST", path + "/" + action), words[3] + " " + name + ".");
+    let before = null;
+    await run(async () => { before = await call("POST", path + "/" + action); },
+      words[3] + " " + name + ".");
+    if (action === "trigger" && before) followRun(path, before.total_attempt);
+  }
+
+  // After "Run now": show the run as the node writes it (picked, then finished), not at
+  // the next periodic refresh.
+  async function followRun(path, startedBefore) {
+    const deadline = Date.now() + 15000;
+    let seen = null;
+    while (Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      let info;
+      try { info = await call("GET", path); } catch (_) { return; }
+      const now = info.total_attempt + "/" + info.running + "/" + info.last_finished_at;
+      if (now !== seen) { seen = now; await refresh(); }
+      if (info.total_attempt > startedBefore && !info.running) {
+        // The run row is written with the finish; a failure's traceback a moment later.
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        await refresh();
+        return;
+      }
+    }
   }
 
   async function run(request, success) {
@@ -533,6 +556,16 @@
   localize(document);
   initTaskForm();
   showSaved();
+  const retry = document.getElementById("retry");
+  if (retry) {
+    // An error page of an unreachable database tries again by itself.
+    let left = Number(retry.dataset.retryS) || 5;
+    const tick = () => {
+      retry.textContent = "Trying again in " + left + " s…";
+      if (left-- <= 0) location.reload(); else setTimeout(tick, 1000);
+    };
+    tick();
+  }
   if (live) {
     if (document.getElementById("search")) initTasksPage();
     else if (live.dataset.page === "batches") initBatchesPage();
