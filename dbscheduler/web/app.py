@@ -345,6 +345,11 @@ def _add_errors(app: FastAPI) -> None:
 
     def http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8): bad input like any
+            # other, with the status the API documents for it.
+            return error_response(request, 422, "invalid",
+                                  f"the request body is not UTF-8 JSON ({exc.detail})")
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
         message = "no such page" if exc.status_code == 404 else str(exc.detail)
         return error_response(request, exc.status_code, code, message)

@@ -9,9 +9,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from dbscheduler import FixedRate, Scheduler, TaskContext
+from dbscheduler.migrate import upgrade
 from dbscheduler.web import create_app
 from tests.web.conftest import wait_for
 
@@ -115,3 +117,16 @@ def test_an_unavailable_database_page_tries_again_by_itself(tmp_path: Path) -> N
         page = http.get("/")
     assert page.status_code == 503
     assert 'id="retry" data-retry-s="5"' in page.text
+
+
+def test_a_body_that_is_not_utf8_json_is_a_documented_422(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    upgrade(sa.create_engine(url))
+    with TestClient(create_app(url)) as http:
+        for method, route in (("POST", "/api/tasks/pause"), ("PUT", "/api/tasks/x"),
+                              ("POST", "/api/batches/drop"), ("POST", "/api/tasks/x/reschedule")):
+            answer = http.request(method, route, content=b"\xff\xfe{",
+                                  headers={"content-type": "application/json"})
+            assert answer.status_code == 422, (route, answer.text)
+            assert answer.json()["error"] == "invalid"
+            assert "not UTF-8 JSON" in answer.json()["message"]
