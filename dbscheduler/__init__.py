@@ -25,6 +25,7 @@ from .errors import (
 from .failures import ArithmeticBackoff, FailureSettings, GeometricBackoff, LinearBackoff, NoRetry
 from .health import Health
 from .listeners import Listener, Outcome
+from .nodes import NodeInfo
 from .scheduler import Scheduler
 from .schedules import Cron, Dynamic, FixedDelay, FixedRate, Once, Schedule
 
@@ -43,6 +44,7 @@ __all__ = [
     "LinearBackoff",
     "Listener",
     "NoRetry",
+    "NodeInfo",
     "Once",
     "Outcome",
     "Result",

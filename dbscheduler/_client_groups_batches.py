@@ -20,6 +20,9 @@ class GroupsAndBatches:
 
     _store: StoreBase
 
+    def _check_handler(self, handler: str) -> None:
+        """Warn about a handler no node has (the client's registry check)."""
+
     # -- concurrency groups --------------------------------------------------------------
     def set_group_limit(self, group: str, limit: int | None) -> None:
         """At most ``limit`` executions of the tasks with ``group=group`` at once, across the
@@ -63,6 +66,7 @@ class GroupsAndBatches:
         """
         _batches.push(self._store, key, item, handler=handler, ontime=ontime, update=update,
                       data=data)
+        self._check_handler(handler)
 
     def drop(self, key: str, *, handler: str) -> int:
         """Remove the pending items of ``key`` (every pending push of a ``-`` key); returns

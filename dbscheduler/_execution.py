@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import traceback as _traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -97,6 +98,8 @@ class Ended:
     next_at: datetime | None
     finished_mono: float
     exception: BaseException | None = None
+    traceback: str | None = None
+    """The failure's bounded traceback (:func:`bounded_traceback`), for the run history."""
 
 
 ERROR_TEXT_LIMIT = MAX_ERROR_LENGTH // 2
@@ -108,6 +111,34 @@ def describe_error(exc: BaseException) -> str:
     """``"Type: message"``, one line, truncated to fit ``last_error``."""
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     return truncate(text)
+
+
+MAX_TRACEBACK_CHARS = 8192
+"""Characters of a traceback kept in the run history (the innermost frames)."""
+
+
+def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """``exc``'s traceback as Python prints it, at most ``limit`` characters: when longer,
+    the outermost frames give way (the innermost ones say where it failed) and a line says
+    how many characters were left out.
+
+    >>> try:
+    ...     1 / 0
+    ... except ZeroDivisionError as exc:
+    ...     bounded_traceback(exc).splitlines()[-1]
+    'ZeroDivisionError: division by zero'
+    """
+    text = "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    if len(text) <= limit:
+        return text
+    head = "Traceback (most recent call last):\n"
+    kept = limit - len(head) - 60
+    tail = text[-kept:]
+    # Start the kept part at a frame's first line, not in the middle of one.
+    frame = tail.find("\n  File ")
+    if 0 <= frame < len(tail) // 2:
+        tail = tail[frame + 1:]
+    return f"{head}  … {len(text) - len(tail)} characters of outer frames left out …\n{tail}"
 
 
 def truncate(text: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from ._execution import Ended, Execution, describe_error, truncate
+from ._execution import Ended, Execution, bounded_traceback, describe_error, truncate
 from ._isolation import ChildFailed, Children, run_in_child
 from ._timeouts import Timeouts
 from .context import UNSET, Result, Status
@@ -70,6 +70,7 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
     state: Any = UNSET
     next_at: datetime | None = None
     exception: BaseException | None = None
+    trace: str | None = None
     try:
         if ex.lease_lost or time.monotonic() >= ex.lease_until - ex.margin:
             # The node was frozen (or starved) between the pick and now: the lease may
@@ -113,6 +114,10 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
         # thread, and a node that loses all its workers holds leases it never runs.
         status, error, exception = "error", describe_error(exc), exc
         log.error("failed: %s", error, exc_info=exc)
+        try:
+            trace = bounded_traceback(exc)
+        except Exception:  # an exception whose formatting fails keeps its error text
+            trace = None
     if ex.timed_out and status != "lost":
         timeout = task.options.timeout
         seconds = f"{timeout.total_seconds():g}" if timeout is not None else "?"
@@ -120,7 +125,7 @@ def _call(ex: Execution, listeners: Listeners, run_coroutine: RunCoroutine,
             f"timed out after {seconds} s" + (f" ({error})" if error else ""))
     elif ex.cancel_requested and status == "success":
         status = "cancelled"
-    return Ended(ex, status, error, state, next_at, time.monotonic(), exception)
+    return Ended(ex, status, error, state, next_at, time.monotonic(), exception, trace)
 
 
 def _short_repr(value: object) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from ._execution import Ended, Execution, TaskDef, describe_error, truncate
 from ._faults import FaultLog
 from ._heartbeat import Heartbeat
-from ._store import FinishWrite, RunRecord, Store, encode_state
+from ._store import FinishWrite, RunRecord, Store, clean_text, encode_state
 from ._taskinfo import task_info
 from .batches import delivers_batches
 from .context import UNSET, Status, TaskContext, _Unset
@@ -151,7 +151,28 @@ class Finisher:
             else:
                 self._emit(e, written[key])
         landed = [w.next_at for key, w in written.items() if key not in refused]
+        self._write_tracebacks(batch, written, refused)
         self._after_write(min(landed, default=None))
+
+    def _write_tracebacks(self, batch: list[Ended], written: dict[tuple[int, int], FinishWrite],
+                          refused: set[tuple[int, int]]) -> None:
+        """The tracebacks of the failures whose finish (and run row) landed: an extra
+        statement for failures only, never for a success."""
+        if not self._store.history:
+            return
+        items = []
+        for e in batch:
+            key = (e.execution.id, e.execution.token)
+            write = written.get(key)
+            if e.traceback and key not in refused and write is not None and write.run:
+                items.append((write.run, clean_text(e.traceback) or ""))
+        if not items:
+            return
+        try:
+            self._store.write_tracebacks(items)
+        except Exception as exc:  # the run and its error text are written: only this is lost
+            log.warning("could not add %d failure traceback(s) to the run history: %s",
+                        len(items), exc)
 
     def _refused(self, ex: Execution) -> None:
         try:

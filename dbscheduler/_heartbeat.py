@@ -12,6 +12,7 @@ from ._execution import Execution
 from ._faults import FaultLog
 from ._store import Store
 from .logfields import about, engine_log, engine_thread
+from .nodes import NodeRegistry
 
 log = engine_log("dbscheduler.heartbeat")
 
@@ -93,6 +94,9 @@ class Heartbeat:
         self._faults = FaultLog(log, "heartbeat")
         self.last_beat_at: float | None = None  # monotonic time of the last heartbeat; for health()
         self.on_error: Callable[[BaseException], None] = lambda exc: None  # set by the Scheduler
+        self.registry: NodeRegistry | None = None
+        """Written on this thread's cadence (set by the Scheduler): no statement of its own
+        per execution, and no thread of its own."""
         self._thread = engine_thread(self._run, "dbscheduler-heartbeat")
         self._watchdog = engine_thread(self._watch, "dbscheduler-watchdog")
 
@@ -133,9 +137,21 @@ class Heartbeat:
         # does as little Python work as it can. The library leaves the process-wide switch
         # interval alone; CPU-bound tasks belong in child processes.
         cadence = Cadence(self._interval, time.monotonic())
-        while not self._stop.wait(cadence.wait(time.monotonic())):
-            self.beat()
-            cadence.beaten(time.monotonic())
+        registry = self.registry
+        if registry is not None:
+            registry.beat(len(self._tracked), self._interval)
+        while True:
+            now = time.monotonic()
+            wait = cadence.wait(now)
+            if registry is not None:
+                wait = min(wait, registry.wait(now))
+            if self._stop.wait(wait):
+                return
+            if cadence.wait(time.monotonic()) <= 0:
+                self.beat()
+                cadence.beaten(time.monotonic())
+            if registry is not None:  # after the leases: they matter more
+                registry.beat(len(self._tracked), self._interval)
 
     def _watch(self) -> None:
         step = min(0.5, max(0.02, self._margin / 2))

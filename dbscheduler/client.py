@@ -7,6 +7,8 @@ is one autocommit write on the database's clock (a read follows only to explain 
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,17 +30,23 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.controls import GroupInfo
 from ._taskinfo import task_info
-from .context import RunInfo, TaskInfo
+from .context import RunInfo, TaskInfo, parse_run_cursor
 from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
 from .logfields import engine_log
+from .nodes import NodeInfo, handler_warning, list_nodes
 from .runtime import once_at, runtime_row
 from .schedules import Schedule
 from .table import DEFAULT_TABLE, RUN_STATUSES
 
-__all__ = ["Client", "GroupInfo", "TaskCounts", "task_info"]
+__all__ = ["Client", "GroupInfo", "NodeInfo", "TaskCounts", "task_info"]
 
 log = engine_log("dbscheduler.client")
+_warnings = logging.getLogger("dbscheduler.client")
+"""Warnings about what a caller asked (not about a node's work): no node fields."""
+
+_HANDLER_CHECK_EVERY = 60.0
+"""Seconds a client trusts its last look at the registry for a handler."""
 
 _CLIENT_LEASE = timedelta(seconds=30)
 """Connection timeouts of a client's own engine are sized as for a node with this lease."""
@@ -102,6 +110,7 @@ class Client(GroupsAndBatches):
         self.engine = engine
         self.table = table
         self._store = StoreBase(engine, table)
+        self._handlers_checked: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<Client {self._store.safe_url()} table={self.table}>"
@@ -154,11 +163,15 @@ class Client(GroupsAndBatches):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int = 100,
+        node: str | None = None,
+        cursor: str | None = None,
     ) -> list[RunInfo]:
         """Finished executions from the run history, newest first: of the task ``name`` (all
         tasks when None), with ``status`` (one or several of ``success``, ``error``,
         ``lost``, ``cancelled``, ``timeout``, ``skipped``), finished at or after ``since``
-        and before ``until`` (aware datetimes), at most ``limit``.
+        and before ``until`` (aware datetimes), run by ``node``, at most ``limit``.
+        ``cursor``: the :attr:`RunInfo.cursor` of the last run of a previous page, for the
+        runs older than it (pages stay put while new runs arrive).
 
         A task that no longer exists keeps its runs until they are pruned; a name without
         runs gives an empty list.
@@ -179,7 +192,10 @@ class Client(GroupsAndBatches):
                                  f"tzinfo=timezone.utc), got {value!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ValueError(f"limit must be an integer from 1 to 100000, got {limit!r}")
-        return select_runs(self._store, name, statuses, since, until, limit)
+        if node is not None and (not isinstance(node, str) or not node):
+            raise ValueError(f"node must be a node id, got {node!r}")
+        before = parse_run_cursor(cursor) if cursor is not None else None
+        return select_runs(self._store, name, statuses, since, until, limit, node, before)
 
     def counts(self, overdue_after: timedelta | None = None) -> TaskCounts:
         """Tasks by state, in one aggregate query on the database clock (cheap with 10,000
@@ -304,11 +320,13 @@ class Client(GroupsAndBatches):
         replaced and its next time recomputed unless it runs. ``data`` (JSON) reaches the
         handler as ``ctx.data``. A ``Dynamic`` schedule, a bad name, data that is not JSON:
         ``ValueError`` naming the field, nothing written. A handler that no node has yet is
-        allowed (``dbscheduler list`` marks it).
+        allowed (``dbscheduler list`` marks it); one that no live or recent node has is
+        logged as a warning (:meth:`handler_warning`).
 
         >>> client.schedule("r-42", "mail", Cron("0 8 * * *"), data={"n": 4})  # doctest: +SKIP
         """
         write_runtime(self._store, runtime_row(name, handler, schedule, data, options))
+        self._check_handler(handler)
 
     def schedule_once(self, name: str, handler: str, at: datetime, *, data: Any = None,
                       **options: Any) -> None:
@@ -325,6 +343,41 @@ class Client(GroupsAndBatches):
         except TaskNotFound:
             return False
         return True
+
+    # -- the node registry ---------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        """Every node of the registry (``<table>_nodes``), the most recently seen first: its
+        host, pid, version, tags, handlers, start, last contact on the database clock,
+        whether it is alive and the tasks it runs now.
+
+        >>> [(n.node_id, n.alive, n.tasks) for n in client.nodes()]   # doctest: +SKIP
+        [('worker-1', True, ['nightly-report'])]
+        """
+        return list_nodes(self._store)
+
+    def handler_warning(self, handler: str) -> str | None:
+        """Why rows for ``handler`` may never run, or None: no node seen in the last day has
+        it (a name close to one that exists is suggested). None too while no node has
+        registered yet.
+
+        >>> client.handler_warning("mial")   # doctest: +SKIP
+        "no live or recent node has the handler 'mial' (did you mean 'mail'?)"
+        """
+        return handler_warning(self._store, handler)
+
+    def _check_handler(self, handler: str) -> None:
+        """Log :meth:`handler_warning`, asking the registry about a handler at most once a
+        minute: pushes come by the thousand."""
+        now = time.monotonic()
+        checked = self._handlers_checked.get(handler)
+        if checked is not None and now - checked < _HANDLER_CHECK_EVERY:
+            return
+        if len(self._handlers_checked) > 1000:
+            self._handlers_checked.clear()
+        self._handlers_checked[handler] = now
+        warning = self.handler_warning(handler)
+        if warning is not None:
+            _warnings.warning("%s: rows for it wait until a node that has it starts", warning)
 
     # -- helpers -------------------------------------------------------------------------
     def _row(self, conn: Connection, name: str) -> Mapping[str, Any]:

@@ -1,5 +1,6 @@
 """The tables beside the tasks table, one of each per tasks table: ``<table>_groups`` (group
-limits), ``<table>_runs`` (the run history) and ``<table>_items`` (pending batch items).
+limits), ``<table>_runs`` (the run history), ``<table>_items`` (pending batch items) and
+``<table>_nodes`` (the node registry).
 
 Like :func:`dbscheduler.table.make_table`, each is defined once here with SQLAlchemy Core and
 built by the migrations, the ``ddl/*.sql`` files and the engine alike.
@@ -20,7 +21,13 @@ from .dialects.types import (
     state_type,
     table_options,
 )
-from .table import DEFAULT_TABLE, MAX_ERROR_LENGTH, MAX_NAME_LENGTH, split_table_name
+from .table import (
+    DEFAULT_TABLE,
+    MAX_ERROR_LENGTH,
+    MAX_NAME_LENGTH,
+    REVISION,
+    split_table_name,
+)
 
 __all__ = [
     "ITEM_COLUMNS",
@@ -28,8 +35,11 @@ __all__ = [
     "items_table_name",
     "make_groups_table",
     "make_items_table",
+    "make_nodes_table",
     "make_runs_table",
+    "nodes_table_name",
     "runs_table_name",
+    "traceback_column",
 ]
 
 GROUPS_SUFFIX = "_groups"
@@ -83,7 +93,8 @@ def runs_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
 
 
 def make_runs_table(
-    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None
+    qualified_name: str = DEFAULT_TABLE, metadata: sa.MetaData | None = None,
+    revision: int = REVISION,
 ) -> sa.Table:
     """Build the run history of the tasks table ``qualified_name``: ``<table>_runs``, one row
     per finished execution (revision 5).
@@ -92,7 +103,8 @@ def make_runs_table(
     task deleted and created again starts its tokens anew, at a later time), so a row can be
     written before the finish it belongs to and found again by whoever settles it. The index
     on ``(task_name, finished_at)`` serves a task's newest runs and its count limit, the one
-    on ``finished_at`` the newest runs of all tasks and the age limit.
+    on ``finished_at`` the newest runs of all tasks and the age limit. ``revision`` is the
+    migration whose shape to build (9 adds ``traceback``).
 
     >>> make_runs_table("jobs").name
     'jobs_runs'
@@ -112,12 +124,23 @@ def make_runs_table(
         sa.Column("finished_at", UTCDateTime(), nullable=False),
         sa.Column("status", sa.Unicode(16), nullable=False),
         sa.Column("error", sa.Unicode(MAX_ERROR_LENGTH), nullable=True),
+        *([traceback_column()] if revision >= TRACEBACK_REVISION else []),
         sa.UniqueConstraint("task_name", "token", "started_at", name=f"{runs}_uq"),
         sa.Index(f"{runs}_task_idx", "task_name", "finished_at"),
         sa.Index(f"{runs}_time_idx", "finished_at"),
         schema=schema,
         **table_options(),
     )
+
+
+TRACEBACK_REVISION = 9
+"""The migration that adds the run history's ``traceback`` column."""
+
+
+def traceback_column() -> sa.Column[str]:
+    """The run history's ``traceback`` (revision 9): the bounded traceback of a failure
+    that raised, innermost frames kept; ``NULL`` for the other runs."""
+    return sa.Column("traceback", state_type(), nullable=True)
 
 
 def items_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
@@ -160,6 +183,48 @@ def make_items_table(qualified_name: str = DEFAULT_TABLE,
         sa.Column("pushed_at", UTCDateTime(), nullable=False),
         sa.Index(f"{name}_task_idx", "task_name", "id"),
         sa.Index(f"{name}_key_idx", "handler", "batch_key"),
+        schema=schema,
+        **table_options(),
+    )
+
+
+def nodes_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
+    """``<table>_nodes``, in the tasks table's schema: the node registry.
+
+    >>> nodes_table_name("ops.jobs")
+    'ops.jobs_nodes'
+    """
+    schema, name = split_table_name(qualified_name)
+    # The suffix must keep the name a plain identifier of at most 63 characters.
+    nodes = f"{name[:57]}_nodes"
+    return f"{schema}.{nodes}" if schema else nodes
+
+
+def make_nodes_table(qualified_name: str = DEFAULT_TABLE,
+                     metadata: sa.MetaData | None = None) -> sa.Table:
+    """The node registry of the tasks table ``qualified_name`` (revision 8 on).
+
+    One row per node that ever started on the table, written by the node itself with its
+    heartbeat: ``last_seen`` (database clock) says whether it is alive, ``running`` how many
+    executions it had then; ``tags`` and ``handlers`` are JSON lists of names. Rows of nodes
+    unseen for a long time are pruned by the live ones.
+
+    >>> make_nodes_table("jobs").name
+    'jobs_nodes'
+    """
+    schema, name = split_table_name(nodes_table_name(qualified_name))
+    return sa.Table(
+        name,
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("node_id", sa.Unicode(255), primary_key=True),
+        sa.Column("host", sa.Unicode(255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("version", sa.Unicode(64), nullable=False),
+        sa.Column("tags", state_type(), nullable=True),
+        sa.Column("handlers", state_type(), nullable=True),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column("last_seen", UTCDateTime(), nullable=False),
+        sa.Column("running", sa.Integer(), nullable=False),
         schema=schema,
         **table_options(),
     )

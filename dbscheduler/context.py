@@ -4,6 +4,8 @@ what operations report about a row (:class:`TaskInfo`) and about a finished exec
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -259,11 +261,24 @@ class RunInfo:
     """``success``, ``error``, ``lost``, ``cancelled``, ``timeout`` or ``skipped``."""
     error: str | None
     """``"Type: message"`` of a failure (truncated like ``last_error``), else ``None``."""
+    traceback: str | None = None
+    """The traceback of a failure that raised (the innermost frames, at most 8 KB), else
+    ``None``."""
 
     @property
     def duration(self) -> timedelta:
         """``finished_at - started_at``."""
         return self.finished_at - self.started_at
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing that ends with this run goes on: ``runs(cursor=run.cursor)`` gives
+        the runs that finished before it (an opaque text, safe in a URL).
+
+        >>> older = client.runs(limit=50, cursor=page[-1].cursor)   # doctest: +SKIP
+        """
+        raw = f"{self.finished_at.isoformat()}|{self.id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values, ISO 8601 UTC timestamps, plus ``duration`` in
@@ -275,6 +290,20 @@ class RunInfo:
         out = {key: _json_value(value) for key, value in self.__dict__.items()}
         out["duration"] = self.duration.total_seconds()
         return out
+
+
+def parse_run_cursor(cursor: str) -> tuple[datetime, int]:
+    """``(finished_at, id)`` of :attr:`RunInfo.cursor`; ``ValueError`` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, id_ = raw.rsplit("|", 1)
+        when = datetime.fromisoformat(at)
+        if when.utcoffset() is None:
+            raise ValueError("naive")
+        return when, int(id_)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise ValueError(f"cursor {cursor[:40]!r} is not one a runs listing gave (use the "
+                         "cursor of the last run of a page, or none for the newest)") from None
 
 
 def _json_value(value: Any) -> Any:

@@ -18,10 +18,16 @@ Per node (what this node did): ``dbscheduler_executions_total{task,status}``,
 ``dbscheduler_picked_rows_total`` and ``dbscheduler_empty_picks_total`` (a due row was taken
 by another node first: contention).
 
-Cluster-wide (from the table, when a :class:`~dbscheduler.Client` is given; one aggregate query
-at most every ``refresh``, however often Prometheus scrapes): ``dbscheduler_overdue_tasks`` and
-``dbscheduler_tasks{state}`` with ``state`` one of running, paused, overdue, idle. Every node
-reports the same cluster values: aggregate them with ``max``, not ``sum``.
+Cluster-wide (from the table, when a :class:`~dbscheduler.Client` is given; a few small queries
+at most every ``refresh``, however often Prometheus scrapes): ``dbscheduler_overdue_tasks``,
+``dbscheduler_tasks{state}`` with ``state`` one of running, paused, overdue, idle,
+``dbscheduler_group_running{group}`` and ``dbscheduler_group_limit{group}`` (groups with a
+limit), and ``dbscheduler_nodes{state}`` (alive, gone: the node registry). Every node reports
+the same cluster values: aggregate them with ``max``, not ``sum``. ``dbscheduler web`` and
+``dbscheduler serve`` export them on their own ``/metrics``.
+
+Every scrape endpoint listens on 127.0.0.1 unless another address is given (``addr``;
+``dbscheduler run --metrics-host``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from .client import Client, TaskCounts
+from .client import Client, GroupInfo, TaskCounts
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -48,8 +54,8 @@ from .context import TaskContext, TaskInfo
 from .listeners import Listener, Outcome
 from .logfields import engine_log
 
-__all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "MetricsServer", "PrometheusMetrics", "expose",
-           "serve"]
+__all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "ClusterGauges", "MetricsServer",
+           "PrometheusMetrics", "cluster_registry", "expose", "reports_cluster", "serve"]
 
 log = engine_log("dbscheduler.metrics")
 
@@ -239,15 +245,19 @@ class ClusterGauges(Collector):
         self._refresh = refresh.total_seconds()
         self._lock = threading.Lock()
         self._counts: TaskCounts | None = None
+        self._groups: list[GroupInfo] = []
+        self._nodes: tuple[int, int] | None = None
         self._checked = float("-inf")
 
     def describe(self) -> Iterable[Metric]:
         # Lets the registry learn the names without a query at registration.
-        return self._families(TaskCounts(0, 0, 0, 0, 0))
+        return [*self._families(TaskCounts(0, 0, 0, 0, 0)), *self._cluster_families([], (0, 0))]
 
     def collect(self) -> Iterable[Metric]:
         counts = self.counts()
-        return [] if counts is None else self._families(counts)
+        if counts is None:
+            return []
+        return [*self._families(counts), *self._cluster_families(self._groups, self._nodes)]
 
     def counts(self) -> TaskCounts | None:
         """The cached counts, refreshed when older than ``refresh``; ``None`` while the
@@ -258,9 +268,16 @@ class ClusterGauges(Collector):
                 self._checked = time.monotonic()
                 try:
                     self._counts = self._client.counts(self._overdue_after)
+                    self._groups = [g for g in self._client.groups() if g.limit is not None]
                 except Exception as exc:
                     log.warning("could not count the tasks for the cluster gauges: %s", exc)
                     self._counts = None
+                try:
+                    nodes = self._client.nodes()
+                    alive = sum(1 for n in nodes if n.alive)
+                    self._nodes = (alive, len(nodes) - alive)
+                except Exception:  # a table older than the registry: no node gauge
+                    self._nodes = None
             return self._counts
 
     @staticmethod
@@ -274,6 +291,45 @@ class ClusterGauges(Collector):
         for state in ("running", "paused", "overdue", "idle"):
             tasks.add_metric([state], getattr(counts, state))
         return [overdue, tasks]
+
+    @staticmethod
+    def _cluster_families(groups: list[GroupInfo], nodes: tuple[int, int] | None
+                          ) -> list[Metric]:
+        running = GaugeMetricFamily("dbscheduler_group_running",
+                                    "Executions running in each limited group (cluster-wide)",
+                                    labels=["group"])
+        limit = GaugeMetricFamily("dbscheduler_group_limit", "Each group's limit",
+                                  labels=["group"])
+        for g in groups:
+            running.add_metric([g.name], g.running)
+            limit.add_metric([g.name], float(g.limit or 0))
+        out: list[Metric] = [running, limit]
+        if nodes is not None:
+            family = GaugeMetricFamily("dbscheduler_nodes",
+                                       "Nodes of the registry: alive, or gone (not seen for "
+                                       "30 s, kept 7 days)", labels=["state"])
+            family.add_metric(["alive"], nodes[0])
+            family.add_metric(["gone"], nodes[1])
+            out.append(family)
+        return out
+
+
+def reports_cluster() -> bool:
+    """Whether a :class:`PrometheusMetrics` with the cluster-wide gauges reports on the
+    global registry (a process serving its own adds them only otherwise)."""
+    return any(m._cluster is not None for m in _ON_GLOBAL_REGISTRY)
+
+
+def cluster_registry(client: Client, overdue_after: timedelta = timedelta(seconds=60),
+                     refresh: timedelta = timedelta(seconds=15)) -> CollectorRegistry:
+    """A registry of the cluster-wide gauges of ``client``'s table alone (what
+    ``dbscheduler web`` adds to its ``/metrics``).
+
+    >>> generate_latest(cluster_registry(client))   # doctest: +SKIP
+    """
+    registry = CollectorRegistry()
+    registry.register(ClusterGauges(client, overdue_after, refresh))
+    return registry
 
 
 @dataclass
@@ -293,14 +349,19 @@ class MetricsServer:
 
 
 def serve(port: int, registry: CollectorRegistry | None = None,
-          addr: str = "0.0.0.0") -> MetricsServer:
+          addr: str = "127.0.0.1") -> MetricsServer:
     """Serve ``/metrics`` of ``registry`` (default: the global one) on ``port`` in a daemon
-    thread; ``port=0`` picks a free port (see :attr:`MetricsServer.port`)."""
+    thread; ``port=0`` picks a free port (see :attr:`MetricsServer.port`). It listens on
+    127.0.0.1: pass ``addr="0.0.0.0"`` (or an interface's address) for a Prometheus on
+    another machine.
+
+    >>> server = serve(9100, addr="0.0.0.0")   # doctest: +SKIP
+    """
     server, thread = start_http_server(port, addr, REGISTRY if registry is None else registry)
     return MetricsServer(int(server.server_port), server, thread)
 
 
-def expose(scheduler: Scheduler, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+def expose(scheduler: Scheduler, port: int, addr: str = "127.0.0.1") -> MetricsServer:
     """Serve the global registry on ``port``, first adding a :class:`PrometheusMetrics`
     (with the cluster-wide gauges of the scheduler's table) to ``scheduler`` unless one
     already reports there — what ``dbscheduler run --metrics-port`` does."""

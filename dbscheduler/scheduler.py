@@ -39,6 +39,7 @@ from .health import check as check_health
 from .history import HistorySettings, builtin_tasks
 from .listeners import Listeners
 from .logfields import about, engine_log, engine_thread, node_context
+from .nodes import NodeRegistry
 from .options import node_tags
 from .runtime import Handlers
 from .table import DEFAULT_TABLE, split_table_name
@@ -213,6 +214,9 @@ class Scheduler(Declarations, Operations, Batching):
         store, node = self._store, self.node_id
         self._heartbeat = Heartbeat(store, node, self.lease, self._lease_lost, self._cancelled)
         self._heartbeat.on_error = self._listeners.on_heartbeat_error
+        handlers = self._handlers
+        self._heartbeat.registry = NodeRegistry(
+            store, node, self.tags, lambda: handlers.names() - handlers.tasks.keys())
         self._finisher = Finisher(store, node, self._heartbeat, self._listeners,
                                   self._wakeup.hint, self.poll_interval, self._row_exists)
         self._executor = Executor(self.max_workers, self._ended, self._listeners,

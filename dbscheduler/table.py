@@ -57,7 +57,7 @@ MAX_OPTIONS_LENGTH = 2000
 MAX_ITEM_BYTES = MAX_STATE_BYTES
 """Largest batch item (``push``), in bytes of UTF-8 JSON."""
 
-REVISION = 7
+REVISION = 9
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")

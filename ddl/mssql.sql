@@ -217,6 +217,37 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0007 -> dbscheduler_0008
+
+CREATE TABLE scheduled_tasks_nodes (
+    node_id NVARCHAR(255) NOT NULL, 
+    host NVARCHAR(255) NOT NULL, 
+    pid INTEGER NOT NULL, 
+    version NVARCHAR(64) NOT NULL, 
+    tags NVARCHAR(max) NULL, 
+    handlers NVARCHAR(max) NULL, 
+    started_at DATETIME2(6) NOT NULL, 
+    last_seen DATETIME2(6) NOT NULL, 
+    running INTEGER NOT NULL, 
+    PRIMARY KEY (node_id)
+);
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0007';
+
+GO
+
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD traceback NVARCHAR(max) NULL;
+
+GO
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008';
+
+GO
+
 COMMIT;
 
 GO

@@ -139,3 +139,26 @@ ALTER TABLE scheduled_tasks ADD COLUMN trigger_link VARCHAR(128);
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0006';
 
+-- Running upgrade dbscheduler_0007 -> dbscheduler_0008
+
+CREATE TABLE scheduled_tasks_nodes (
+    node_id VARCHAR(255) NOT NULL, 
+    host VARCHAR(255) NOT NULL, 
+    pid INTEGER NOT NULL, 
+    version VARCHAR(64) NOT NULL, 
+    tags LONGTEXT, 
+    handlers LONGTEXT, 
+    started_at DATETIME(6) NOT NULL, 
+    last_seen DATETIME(6) NOT NULL, 
+    running INTEGER NOT NULL, 
+    PRIMARY KEY (node_id)
+)ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0007';
+
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD COLUMN traceback LONGTEXT;
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008';
+

@@ -211,6 +211,37 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0007' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0007 -> dbscheduler_0008
+
+CREATE TABLE scheduled_tasks_nodes (
+    node_id VARCHAR2(255 CHAR) NOT NULL, 
+    host VARCHAR2(255 CHAR) NOT NULL, 
+    pid INTEGER NOT NULL, 
+    version VARCHAR2(64 CHAR) NOT NULL, 
+    tags CLOB, 
+    handlers CLOB, 
+    started_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+    last_seen TIMESTAMP WITH TIME ZONE NOT NULL, 
+    running INTEGER NOT NULL, 
+    PRIMARY KEY (node_id)
+)
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0008' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0007'
+
+/
+
+-- Running upgrade dbscheduler_0008 -> dbscheduler_0009
+
+ALTER TABLE scheduled_tasks_runs ADD traceback CLOB
+
+/
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008'
+
+/
+
 COMMIT
 
 /

@@ -250,13 +250,13 @@ def unique_table() -> str:
 
 
 def drop_table(url: str, table: str) -> None:
-    """Drop ``table``, its group-limit table, its run history and its migration version
-    table, if they exist."""
+    """Drop ``table``, its group-limit table, its run history, its items, its node registry
+    and its migration version table, if they exist."""
     # Not DROP TABLE IF EXISTS: Oracle before 23ai rejects it.
     engine = sa.create_engine(url)
     try:
         for name in (table, groups_table_name(table), f"{table}_runs", f"{table}_items",
-                     f"{table}_version"):
+                     f"{table}_nodes", f"{table}_version"):
             sa.Table(name, sa.MetaData()).drop(engine, checkfirst=True)
     finally:
         engine.dispose()

@@ -21,6 +21,7 @@ from ..companion_tables import (
     items_table_name,
     make_groups_table,
     make_items_table,
+    make_nodes_table,
     make_runs_table,
 )
 from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
@@ -78,6 +79,8 @@ class StoreBase:
         """The run history, ``<table>_runs``."""
         self.items = make_items_table(table)
         """Where pushed batch items wait (``<table>_items``)."""
+        self.nodes = make_nodes_table(table)
+        """The node registry (``<table>_nodes``)."""
         self.dialect: Dialect = dialect_for(engine)
         self._autocommits = autocommits(engine)
         """The engine autocommits by default: transactions switch modes, not single writes."""
@@ -111,6 +114,11 @@ class StoreBase:
             missing = [f"(table {self.groups.name})"]
         if history and not inspector.has_table(self.runs_table.name, schema=schema):
             missing.append(f"(the run history table {self.runs_table.name})")
+        elif history:
+            kept = {c["name"].lower() for c in inspector.get_columns(self.runs_table.name,
+                                                                     schema=schema)}
+            missing += [f"{self.runs_table.name}.{c.name}" for c in self.runs_table.columns
+                        if c.name not in kept]
         if missing:
             raise SchemaMismatch(self.table_name, missing)
         items_schema, items_name = split_table_name(items_table_name(self.table_name))

@@ -47,6 +47,7 @@ __all__ = [
     "run_params",
     "run_values",
     "select_runs",
+    "write_tracebacks",
 ]
 
 log = engine_log("dbscheduler.store")
@@ -184,6 +185,24 @@ def _key(store: StoreBase, run: RunRecord) -> sa.ColumnElement[bool]:
     )
 
 
+def write_tracebacks(store: StoreBase, items: Sequence[tuple[RunRecord, str]]) -> None:
+    """Add each failure's traceback to its run row, written with the finish that landed:
+    one ``UPDATE`` by the run row's key for all of them (failures only; a crash before it
+    loses the traceback, never the run)."""
+    if not items:
+        return
+    runs, b = store.runs_table, sa.bindparam
+    stmt = sa.update(runs).where(
+        runs.c.task_name == b("k_name", type_=runs.c.task_name.type),
+        runs.c.token == b("k_token", type_=sa.BigInteger()),
+        runs.c.started_at == b("k_started", type_=runs.c.started_at.type),
+    ).values(traceback=b("k_traceback", type_=runs.c.traceback.type))
+    with store.autocommit() as conn:
+        conn.execute(stmt, [{"k_name": run.name, "k_token": run.token,
+                             "k_started": run.started_at, "k_traceback": text}
+                            for run, text in items])
+
+
 # -- reading -------------------------------------------------------------------------------
 def select_runs(
     store: StoreBase,
@@ -192,12 +211,21 @@ def select_runs(
     since: datetime | None,
     until: datetime | None,
     limit: int,
+    node: str | None = None,
+    before: tuple[datetime, int] | None = None,
 ) -> list[RunInfo]:
-    """Runs newest first (by ``finished_at``), filtered; one indexed query."""
+    """Runs newest first (by ``finished_at``, then ``id``), filtered; one indexed query.
+    ``before``: only runs older than ``(finished_at, id)`` (the last of a previous page)."""
     runs = store.runs_table
     stmt = sa.select(runs)
     if name is not None:
         stmt = stmt.where(runs.c.task_name == name)
+    if node is not None:
+        stmt = stmt.where(runs.c.node_id == node)
+    if before is not None:
+        at, id_ = before
+        stmt = stmt.where(sa.or_(runs.c.finished_at < at,
+                                 sa.and_(runs.c.finished_at == at, runs.c.id < id_)))
     if statuses:
         stmt = stmt.where(runs.c.status.in_(list(statuses)))
     if since is not None:
@@ -216,6 +244,7 @@ def run_info(row: Any) -> RunInfo:
         attempt=int(row["attempt"]), node_id=row["node_id"],
         scheduled_at=_utc(row["scheduled_at"]), started_at=_utc(row["started_at"]),
         finished_at=_utc(row["finished_at"]), status=row["status"], error=row["error"],
+        traceback=row.get("traceback"),
     )
 
 

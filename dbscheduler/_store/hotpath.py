@@ -28,7 +28,7 @@ from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
 from .handlers import handler_params
-from .history import RunRecord, forget, insert_from, log_first, run_values
+from .history import RunRecord, forget, insert_from, log_first, run_values, write_tracebacks
 from .pick import pick_rows
 from .registration import Registration, register
 from .runtime import next_due_of
@@ -273,6 +273,10 @@ class Store(StoreBase):
                 kept = conn.execute(update).rowcount
             _faultpoints.reached("record_lost")
         return bool(kept)
+
+    def write_tracebacks(self, items: Sequence[tuple[RunRecord, str]]) -> None:
+        """Add failures' tracebacks to their run rows (written with their finishes)."""
+        write_tracebacks(self, items)
 
     def forget_runs(self, runs: Sequence[RunRecord]) -> None:
         """Remove the run rows of executions whose finish will not be written after all

@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (the commands attach themselves to the group)
     batches,
     controls,
     node,
+    nodes,
     runs,
     runtime,
     schema,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import click
 
 from .. import __version__
@@ -24,3 +27,23 @@ def cli(ctx: click.Context, url: str, table: str) -> None:
     failed, 2 usage error.
     """
     ctx.obj = Target(url, table)
+    if ctx.invoked_subcommand not in _LOGGING_COMMANDS:
+        # A client's warnings (a handler no node has) are the command's: "warning: …" on
+        # stderr, once, nothing else of the library's logging.
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger = logging.getLogger("dbscheduler.client")
+        propagate = logger.propagate
+        logger.addHandler(handler)
+        logger.propagate = False
+
+        def restore() -> None:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+
+        ctx.call_on_close(restore)
+
+
+_LOGGING_COMMANDS = ("run", "web", "serve")
+"""Commands that set up logging of their own (a node's or a server's)."""

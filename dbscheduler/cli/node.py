@@ -74,16 +74,18 @@ def load_scheduler(spec: str) -> Scheduler:
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30.0,
               show_default=True, help="seconds to wait for running tasks when stopping")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics "
+              help="serve Prometheus metrics at http://HOST:PORT/metrics "
                    "(needs dbscheduler[prometheus])")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="the address --metrics-port listens on (0.0.0.0: every interface)")
 @click.option("--listen-url", default=None, metavar="URL",
               help="PostgreSQL behind a pooler: a direct URL to the server for LISTEN "
                    "(instant wake-ups); see Scheduler(listen_url=)")
 @database_options
 @click.pass_context
 def run(ctx: click.Context, spec: str, log_level: str, shutdown_timeout: float,
-        metrics_port: int | None, listen_url: str | None, url: str | None,
-        table: str | None) -> None:
+        metrics_port: int | None, metrics_host: str, listen_url: str | None,
+        url: str | None, table: str | None) -> None:
     """Run a node for the Scheduler at MODULE:ATTR until Ctrl-C or SIGTERM.
 
     ATTR may also be a callable returning a Scheduler. The Scheduler uses the database it was
@@ -115,8 +117,13 @@ def run(ctx: click.Context, spec: str, log_level: str, shutdown_timeout: float,
             from ..metrics import expose
         except ImportError as exc:
             raise click.UsageError(f"--metrics-port needs dbscheduler[prometheus]: {exc}") from None
+        try:
+            server = expose(scheduler, metrics_port, addr=metrics_host)
+        except OSError as exc:
+            raise click.UsageError(f"--metrics-host {metrics_host} --metrics-port "
+                                   f"{metrics_port}: cannot listen there: {exc}") from None
         logging.getLogger("dbscheduler.cli").info(
-            "metrics at http://0.0.0.0:%d/metrics", expose(scheduler, metrics_port).port)
+            "metrics at http://%s:%d/metrics", metrics_host, server.port)
     with translated_errors(Target(url, scheduler.table)):
         scheduler.run(shutdown_timeout=shutdown_timeout)
 

@@ -18,6 +18,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..client import Client
+from ..context import TaskInfo
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
 from ..schedules import parse
 from .models import (
@@ -26,15 +27,28 @@ from .models import (
     BulkResult,
     Cancelled,
     Deleted,
+    GroupList,
     Health,
+    NodeList,
     RescheduleBody,
     RunList,
     ScheduleBody,
+    ScheduledTask,
+    SchedulePreview,
     Task,
     TaskList,
     UpcomingTimes,
 )
-from .views import STATES, count_states, filter_tasks, paginate, upcoming
+from .views import (
+    STATES,
+    count_states,
+    describe_schedule,
+    filter_tasks,
+    is_batch_key,
+    paginate,
+    preview,
+    upcoming,
+)
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "router"]
 
@@ -110,10 +124,14 @@ def list_tasks(
     q: Annotated[str | None, Query(description="part of the name or schedule")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    kind: Annotated[Literal["tasks", "all"], Query(
+        description="tasks: leave batch keys out (they are listed by /api/batches); all: "
+                    "every row")] = "tasks",
 ) -> JSONResponse:
-    """Tasks ordered by name, filtered by state and search text, one page at a time."""
+    """Tasks ordered by name, filtered by state and search text, one page at a time; batch
+    keys only with ``kind=all``."""
     client = client_of(request)
-    infos = client.tasks()
+    infos, hidden = without_batch_keys(client, client.tasks(), kind)
     now = client.db_now()
     page = paginate(filter_tasks(infos, now, state, q), limit, offset)
     return JSONResponse({
@@ -123,7 +141,19 @@ def list_tasks(
         "offset": offset,
         "counts": count_states(infos, now),
         "db_now": now.isoformat(),
+        "batch_keys": hidden,
     })
+
+
+def without_batch_keys(client: Client, infos: list[TaskInfo], kind: str
+                       ) -> tuple[list[TaskInfo], int]:
+    """``infos`` without the batch keys' rows unless ``kind`` is ``all``, and how many were
+    left out."""
+    if kind == "all":
+        return infos, 0
+    pending = {b.name for b in client.batches()}
+    kept = [info for info in infos if not is_batch_key(info, pending)]
+    return kept, len(infos) - len(kept)
 
 
 def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
@@ -131,7 +161,9 @@ def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
     if body.names is not None:
         names = list(dict.fromkeys(body.names))
     else:
-        names = [i.name for i in filter_tasks(client.tasks(), client.db_now(), body.state, body.q)]
+        # What the tasks listing shows: batch keys are dropped on the batches page.
+        shown, _ = without_batch_keys(client, client.tasks(), "tasks")
+        names = [i.name for i in filter_tasks(shown, client.db_now(), body.state, body.q)]
     done: list[str] = []
     failed: list[dict[str, str]] = []
     for name in names:
@@ -171,22 +203,38 @@ def bulk_trigger(request: Request, body: BulkBody) -> JSONResponse:
 # routes with a suffix come first so that `a/b/upcoming` is not read as a task named so.
 
 
+NodeParam = Annotated[str | None, Query(description="only runs of this node id",
+                                        min_length=1, max_length=255)]
+CursorParam = Annotated[str | None, Query(
+    description="next_cursor of the previous page: the runs older than its last one",
+    max_length=200)]
+
+
 def _runs(client: Client, name: str | None, status: list[RunStatus] | None,
-          since: datetime | None, until: datetime | None, limit: int) -> JSONResponse:
-    found = client.runs(name, status=status, since=since, until=until, limit=limit)
-    return JSONResponse({"runs": [run.to_dict() for run in found], "limit": limit})
+          since: datetime | None, until: datetime | None, limit: int,
+          node: str | None = None, cursor: str | None = None) -> JSONResponse:
+    found = client.runs(name, status=status, since=since, until=until, limit=limit, node=node,
+                        cursor=cursor)
+    more = found[-1].cursor if len(found) == limit else None
+    return JSONResponse({"runs": [run.to_dict() for run in found], "limit": limit,
+                         "next_cursor": more})
 
 
-@router.get("/runs", response_model=RunList, summary="Latest runs of all tasks")
+@router.get("/runs", response_model=RunList, summary="Runs of all tasks")
 def list_runs(
     request: Request,
+    task: Annotated[str | None, Query(description="only runs of this task",
+                                      min_length=1, max_length=255)] = None,
+    node: NodeParam = None,
     status: RunStatusParam = None,
     since: SinceParam = None,
     until: UntilParam = None,
+    cursor: CursorParam = None,
     limit: RunLimitParam = 100,
 ) -> JSONResponse:
-    """Finished executions of every task, newest first, filtered by status and time."""
-    return _runs(client_of(request), None, status, since, until, limit)
+    """Finished executions, newest first, filtered by task, node, status and time; a page
+    that is full gives ``next_cursor`` for the next, older one."""
+    return _runs(client_of(request), task, status, since, until, limit, node, cursor)
 
 
 @router.get("/tasks/{name:path}/runs", response_model=RunList, responses=_TASK_ERRORS,
@@ -197,6 +245,8 @@ def task_runs(
     status: RunStatusParam = None,
     since: SinceParam = None,
     until: UntilParam = None,
+    node: NodeParam = None,
+    cursor: CursorParam = None,
     limit: RunLimitParam = 100,
 ) -> JSONResponse:
     """The task's finished executions, newest first (a deleted task's runs too, until they
@@ -204,7 +254,7 @@ def task_runs(
     client = client_of(request)
     if _suffix_was_encoded(request, "runs"):
         return JSONResponse(_task(client, f"{name}/runs"))
-    return _runs(client, name, status, since, until, limit)
+    return _runs(client, name, status, since, until, limit, node, cursor)
 
 
 @router.get("/tasks/{name:path}/upcoming", response_model=UpcomingTimes,
@@ -278,12 +328,13 @@ def reschedule(
     return JSONResponse(_task(client, name))
 
 
-@router.put("/tasks/{name:path}", response_model=Task, responses=ERROR_RESPONSES,
+@router.put("/tasks/{name:path}", response_model=ScheduledTask, responses=ERROR_RESPONSES,
             summary="Create or update a runtime task")
 def put_task(request: Request, name: str, body: Annotated[ScheduleBody, Body()]) -> JSONResponse:
     """``Client.schedule()``: create the runtime task, or give an existing row the new
     handler, schedule, data and options (its counters kept; next time recomputed unless it
-    runs). 422 names the field that is wrong; nothing is written then."""
+    runs). 422 names the field that is wrong; nothing is written then. ``warning`` says
+    when no live or recent node has the handler, suggesting the closest that exists."""
     client = client_of(request)
     try:
         schedule = parse(body.schedule)
@@ -291,7 +342,7 @@ def put_task(request: Request, name: str, body: Annotated[ScheduleBody, Body()])
         raise ValueError(f"schedule: {exc}") from None
     client.schedule(name, body.handler, schedule, data=body.data, **body.options)
     logger.info("task %r scheduled: handler %r, %s", name, body.handler, body.schedule)
-    return JSONResponse(_task(client, name))
+    return JSONResponse({**_task(client, name), "warning": client.handler_warning(body.handler)})
 
 
 @router.get("/tasks/{name:path}", response_model=Task, responses=_TASK_ERRORS,
@@ -308,6 +359,41 @@ def delete(request: Request, name: str, force: bool = False) -> JSONResponse:
     declares the task inserts it again when it starts."""
     client_of(request).delete(name, force=force)
     return JSONResponse({"deleted": name})
+
+
+@router.get("/schedules/preview", response_model=SchedulePreview, summary="Preview a schedule")
+def schedule_preview(
+    request: Request,
+    schedule: Annotated[str, Query(description="schedule text, as PUT /api/tasks takes it",
+                                   min_length=1, max_length=500,
+                                   examples=["cron 0 8 * * 1-5 Europe/Berlin"])],
+    n: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> JSONResponse:
+    """The schedule in words and the first ``n`` due times of a task created with it now
+    (database clock); 422 says what is wrong with the text."""
+    try:
+        coming = preview(schedule, client_of(request).db_now(), n)
+    except ValueError as exc:
+        raise ValueError(f"schedule: {exc}") from None
+    return JSONResponse({"schedule": schedule, "words": describe_schedule(schedule),
+                         "times": [t.isoformat() for t in coming.times], "note": coming.note})
+
+
+@router.get("/nodes", response_model=NodeList, tags=["cluster"], summary="Nodes")
+def list_nodes(request: Request) -> JSONResponse:
+    """Every node of the registry, the most recently seen first: alive or gone, its last
+    contact on the database clock, and the tasks it holds now."""
+    client = client_of(request)
+    return JSONResponse({"nodes": [n.to_dict() for n in client.nodes()],
+                         "db_now": client.db_now().isoformat()})
+
+
+@router.get("/groups", response_model=GroupList, tags=["cluster"], summary="Concurrency groups")
+def list_groups(request: Request) -> JSONResponse:
+    """Every group that has a limit or tasks: its limit and its executions running now."""
+    return JSONResponse({"groups": [
+        {"group": g.name, "limit": g.limit, "running": g.running, "tasks": g.tasks}
+        for g in client_of(request).groups()]})
 
 
 @router.get("/health", response_model=Health, summary="Health",

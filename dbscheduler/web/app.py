@@ -123,7 +123,7 @@ def create_app(
             '`{"error": code, "message": text}`.'
         ),
         openapi_url="/api/openapi.json",
-        docs_url=None,  # Swagger UI loads from a CDN; the document is enough
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: /api/docs serves it locally
         redoc_url=None,
     )
     app.state.dashboard = Dashboard(client, read_only, auth, templates, allow)
@@ -132,21 +132,61 @@ def create_app(
     app.include_router(queue.queue_router)
     app.include_router(pages.router)
     app.add_api_route("/metrics", _metrics, include_in_schema=False)
+    app.add_api_route("/api/docs", _docs, include_in_schema=False, name="api_docs")
+    assets = _swagger_assets()
+    if assets is not None:
+        app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs_assets")
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     _add_errors(app)
     app.middleware("http")(_guard)
     return app
 
 
+DOCS_ASSETS = "/api/docs/assets"
+"""Where Swagger UI's files (from the ``swagger-ui-bundle`` package) are served."""
+
+
+def _swagger_assets() -> str | None:
+    try:
+        from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return str(swagger_ui_path)
+
+
+def _docs(request: Request) -> Response:
+    """Interactive API docs (Swagger UI) on the app's OpenAPI document, from the installed
+    ``swagger-ui-bundle`` package: nothing is loaded from another site."""
+    if _swagger_assets() is None:
+        return error_response(request, 404, "not_found", "/api/docs needs swagger-ui-bundle: "
+                              "install dbscheduler[web]; the document is /api/openapi.json")
+    dashboard: Dashboard = request.app.state.dashboard
+    root = pages.root_of(request)
+    return dashboard.templates.TemplateResponse(request, "docs.html", {
+        "root": root, "table": dashboard.client.table,
+        "assets": root + DOCS_ASSETS.lstrip("/"),
+        "openapi_url": root + "api/openapi.json",
+    })
+
+
 def _metrics(request: Request) -> Response:
-    """The process's Prometheus registry: what a :class:`~dbscheduler.metrics.PrometheusMetrics`
-    listener on the served scheduler counts (extra ``dbscheduler[prometheus]``)."""
+    """The process's Prometheus registry (what a :class:`~dbscheduler.metrics.PrometheusMetrics`
+    listener on the served scheduler counts) and, unless that listener already reports them,
+    the cluster-wide gauges of the dashboard's table (extra ``dbscheduler[prometheus]``)."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from ..metrics import cluster_registry, reports_cluster
     except ImportError:
         return error_response(request, 404, "not_found",
                               "/metrics needs prometheus_client: install dbscheduler[prometheus]")
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest()
+    if not reports_cluster():
+        state = request.app.state
+        if getattr(state, "cluster_registry", None) is None:
+            state.cluster_registry = cluster_registry(state.dashboard.client)
+        body += generate_latest(state.cluster_registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 # -- who may do what -----------------------------------------------------------------------
@@ -229,7 +269,7 @@ SECURITY_HEADERS = {
 
 async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     # Read before routing: a mount (the static files) rewrites the scope's root_path.
-    static = _route_path(request).startswith("/static/")
+    static = _route_path(request).startswith(("/static/", DOCS_ASSETS + "/"))
     response = await _checked(request, call_next)
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
@@ -293,8 +333,11 @@ def _add_errors(app: FastAPI) -> None:
     def database(request: Request, exc: Exception) -> Response:
         orig = getattr(exc, "orig", None) or exc
         logger.warning("database error on %s %s: %s", request.method, request.url.path, orig)
-        return error_response(request, 503, "database",
-                              f"database error: {type(orig).__name__}; see the server log")
+        return error_response(
+            request, 503, "database",
+            f"the database did not answer as expected ({type(orig).__name__}); the server log "
+            "has the details. A database that is restarting or unreachable answers again by "
+            "itself.")
 
     def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -302,6 +345,11 @@ def _add_errors(app: FastAPI) -> None:
 
     def http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8): bad input like any
+            # other, with the status the API documents for it.
+            return error_response(request, 422, "invalid",
+                                  f"the request body is not UTF-8 JSON ({exc.detail})")
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
         message = "no such page" if exc.status_code == 404 else str(exc.detail)
         return error_response(request, exc.status_code, code, message)

@@ -162,6 +162,7 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
         except ValueError as exc:
             hint = "'--listen-url'" if "listen_url" in str(exc) else "'--allow-host'"
             raise click.BadParameter(str(exc), param_hint=hint) from None
+        _count_executions(node)
         node.start()
     try:
         app = serve_app(create_app(node), host)
@@ -171,6 +172,20 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
         uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
         node.shutdown()
+
+
+def _count_executions(node: Any) -> None:
+    """The node's executions and the cluster-wide gauges on the app's ``/metrics``, when
+    prometheus_client is installed."""
+    try:
+        from ..metrics import PrometheusMetrics, reports_cluster
+    except ImportError:
+        return
+    if not reports_cluster():
+        try:
+            node.add_listener(PrometheusMetrics(client=node.client))
+        except ValueError as exc:  # the global registry has them from another listener
+            logging.getLogger("dbscheduler.web").info("metrics: %s", exc)
 
 
 def command() -> click.Command:

@@ -17,11 +17,17 @@ __all__ = [
     "BulkResult",
     "Cancelled",
     "Deleted",
+    "Group",
+    "GroupList",
     "Health",
+    "Node",
+    "NodeList",
     "RescheduleBody",
     "Run",
     "RunList",
     "ScheduleBody",
+    "SchedulePreview",
+    "ScheduledTask",
     "Task",
     "TaskList",
     "UpcomingTimes",
@@ -81,6 +87,14 @@ class Task(BaseModel):
         default=False, description="one of dbscheduler's own tasks (dbscheduler.prune-runs)")
 
 
+class ScheduledTask(Task):
+    """A runtime task just created or updated, and why it may never run."""
+
+    warning: str | None = Field(
+        default=None, description="set when no live or recent node has its handler (with "
+                                  "the closest handler that exists); null otherwise")
+
+
 class Run(BaseModel):
     """One finished execution, as ``dbscheduler runs --json`` prints it."""
 
@@ -94,6 +108,9 @@ class Run(BaseModel):
     finished_at: datetime
     status: str = Field(description=", ".join(RUN_STATUSES))
     error: str | None
+    traceback: str | None = Field(
+        default=None, description="the traceback of a failure that raised (innermost frames, "
+                                  "at most 8 KB)")
     duration: float = Field(description="seconds from start to finish")
 
 
@@ -102,6 +119,46 @@ class RunList(BaseModel):
 
     runs: list[Run]
     limit: int
+    next_cursor: str | None = Field(
+        default=None, description="when the page is full: the cursor of its next, older page")
+
+
+class Node(BaseModel):
+    """A node of the registry, as ``dbscheduler nodes --json`` prints it."""
+
+    node_id: str
+    host: str
+    pid: int
+    version: str = Field(description="the dbscheduler version it runs")
+    tags: list[str]
+    handlers: list[str] = Field(description="its handlers for runtime tasks and batches")
+    started_at: datetime
+    last_seen: datetime = Field(description="its last write, on the database clock")
+    running: int = Field(description="executions it ran at its last write")
+    alive: bool = Field(description="seen within the last 30 s")
+    tasks: list[str] = Field(description="the tasks it holds now")
+
+
+class NodeList(BaseModel):
+    """Every node of the registry, the most recently seen first."""
+
+    nodes: list[Node]
+    db_now: datetime
+
+
+class Group(BaseModel):
+    """A concurrency group: its limit (null: none) and its executions running now."""
+
+    group: str
+    limit: int | None
+    running: int
+    tasks: int = Field(description="tasks of the group")
+
+
+class GroupList(BaseModel):
+    """Every group that has a limit or tasks, by name."""
+
+    groups: list[Group]
 
 
 class TaskList(BaseModel):
@@ -113,6 +170,7 @@ class TaskList(BaseModel):
     offset: int
     counts: dict[str, int] = Field(description="tasks in each state (all, running, paused, …)")
     db_now: datetime = Field(description="the database clock the states were computed on")
+    batch_keys: int = Field(default=0, description="batch keys left out (kind=tasks)")
 
 
 class UpcomingTimes(BaseModel):
@@ -120,6 +178,15 @@ class UpcomingTimes(BaseModel):
 
     name: str
     schedule: str | None
+    times: list[datetime]
+    note: str | None
+
+
+class SchedulePreview(BaseModel):
+    """What a schedule text means: in words, and the first due times of a task created now."""
+
+    schedule: str
+    words: str
     times: list[datetime]
     note: str | None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -143,17 +143,25 @@ def _row(request: Request, info: TaskInfo, now: datetime) -> TaskRow:
                    _duration(info), task_url(request, info.name))
 
 
-def _tasks_context(request: Request, state: str | None, q: str | None, page: int
-                   ) -> dict[str, Any]:
+def _tasks_context(request: Request, state: str | None, q: str | None, page: int,
+                   kind: str | None = None) -> dict[str, Any]:
+    from .api import without_batch_keys  # the API's own rule, so both always agree
+
     client = request.app.state.dashboard.client
-    infos = client.tasks()
+    kind = "all" if kind == "all" else None
+    infos, hidden = without_batch_keys(client, client.tasks(), kind or "tasks")
     now = client.db_now()
     state = state if state in STATES else None
     matching = filter_tasks(infos, now, state, q)
     listing = paginate(matching, PAGE_SIZE, (page - 1) * PAGE_SIZE)
 
     def page_url(number: int) -> str:
-        params = {k: v for k, v in (("state", state), ("q", q), ("page", number)) if v}
+        params = {k: v for k, v in (("state", state), ("q", q), ("kind", kind),
+                                    ("page", number)) if v}
+        return root_of(request) + ("?" + urlencode(params) if params else "")
+
+    def state_url(value: str | None) -> str:
+        params = {k: v for k, v in (("state", value), ("q", q), ("kind", kind)) if v}
         return root_of(request) + ("?" + urlencode(params) if params else "")
 
     return {
@@ -171,6 +179,14 @@ def _tasks_context(request: Request, state: str | None, q: str | None, page: int
         "prev_url": page_url(page - 1) if page > 1 else None,
         "next_url": page_url(page + 1) if listing.offset + PAGE_SIZE < listing.total else None,
         "fmt_duration": fmt_duration,
+        "kind": kind,
+        "batch_keys": hidden,
+        "state_url": state_url,
+        "with_keys_url": root_of(request) + "?" + urlencode(
+            {k: v for k, v in (("state", state), ("q", q), ("kind", "all")) if v}),
+        "tasks_only_url": root_of(request) + "?" + urlencode(
+            {k: v for k, v in (("state", state), ("q", q)) if v}),
+        "batches_url": request.url_for("batches_page").path,
     }
 
 
@@ -185,16 +201,17 @@ PageParam = Annotated[int, Query(ge=1)]
 
 @router.get("/", name="tasks_page")
 def tasks_page(request: Request, state: str | None = None, q: str | None = None,
-               page: PageParam = 1) -> Response:
-    """Every task, counts by state, filter and search, bulk actions."""
-    return render(request, "tasks.html", _tasks_context(request, state, q, page))
+               page: PageParam = 1, kind: str | None = None) -> Response:
+    """Every task, counts by state, filter and search, bulk actions (batch keys only with
+    ``kind=all``: they have the batches page)."""
+    return render(request, "tasks.html", _tasks_context(request, state, q, page, kind))
 
 
 @router.get("/partials/tasks", name="tasks_partial")
 def tasks_partial(request: Request, state: str | None = None, q: str | None = None,
-                  page: PageParam = 1) -> Response:
+                  page: PageParam = 1, kind: str | None = None) -> Response:
     """The live region of the tasks page."""
-    return render(request, "_tasks_live.html", _tasks_context(request, state, q, page))
+    return render(request, "_tasks_live.html", _tasks_context(request, state, q, page, kind))
 
 
 def _task_context(request: Request, name: str) -> dict[str, Any]:
@@ -206,6 +223,7 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
     if info.state is not None:
         state_json = json.dumps(info.state, indent=2, ensure_ascii=False, sort_keys=True)
     runs = client.runs(info.name, limit=CHART_RUNS)
+    group = _group_of(client, info, now)
     return {
         **chrome(request),
         "now": now,
@@ -220,7 +238,38 @@ def _task_context(request: Request, name: str) -> dict[str, Any]:
         "info_json": json.dumps(info.to_dict(), indent=2, ensure_ascii=False),
         "partial_url": f"{root_of(request)}partials/task/{quote(info.name, safe='')}",
         "fmt_duration": fmt_duration,
+        "group": group,
+        "groups_url": request.url_for("groups_page").path,
+        "edit_url": request.url_for("edit_page").path + "?" + urlencode({"name": info.name}),
     }
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A task's concurrency group as its page shows it, and whether the task waits for it."""
+
+    name: str
+    limit: int | None
+    running: int
+    waiting: bool
+    """Due, unpaused and idle while the group runs as many as its limit allows."""
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and self.running >= self.limit
+
+
+def _group_of(client: Any, info: TaskInfo, now: datetime) -> GroupView | None:
+    name = info.options.get("group")
+    if not name:
+        return None
+    found = next((g for g in client.groups() if g.name == name), None)
+    limit = found.limit if found else None
+    running = found.running if found else 0
+    full = limit is not None and running >= limit
+    waiting = full and not info.running and not info.paused and info.next_process_at <= now
+    return GroupView(str(name), limit, running, waiting)
+
 
 
 @router.get("/tasks/{name:path}", name="task_page")
@@ -235,31 +284,195 @@ def task_partial(request: Request, name: str) -> Response:
     return render(request, "_task_live.html", _task_context(request, name))
 
 
-def _runs_context(request: Request, status: str | None) -> dict[str, Any]:
+RUNS_PAGE = 50
+"""Runs per page of the runs page (older ones a click away, by cursor)."""
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs page's filters, as given in its URL; an unreadable one is ignored and said."""
+
+    task: str | None = None
+    node: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    cursor: str | None = None
+
+    def query(self, **changes: Any) -> str:
+        """The page's query string with ``changes`` (None removes a filter)."""
+        values = {"task": self.task, "node": self.node, "status": self.status,
+                  "since": self.since.isoformat() if self.since else None,
+                  "until": self.until.isoformat() if self.until else None,
+                  "cursor": self.cursor, **changes}
+        kept = {k: v for k, v in values.items() if v}
+        return "?" + urlencode(kept) if kept else ""
+
+    @property
+    def any(self) -> bool:
+        return any((self.task, self.node, self.status, self.since, self.until))
+
+
+def _when(text: str | None, label: str, problems: list[str]) -> datetime | None:
+    """An ISO 8601 time from the URL; without an offset it is UTC (a form sent without the
+    page's script)."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        problems.append(f"{label} {text!r} is not a date and time; it was ignored")
+        return None
+    return value if value.utcoffset() is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _runs_context(request: Request, task: str | None, node: str | None, status: str | None,
+                  since: str | None, until: str | None, cursor: str | None) -> dict[str, Any]:
     client = request.app.state.dashboard.client
-    status = status if status in RUN_STATUSES else None
+    problems: list[str] = []
+    filters = RunFilters(
+        (task or "").strip() or None, (node or "").strip() or None,
+        status if status in RUN_STATUSES else None,
+        _when(since, "From", problems), _when(until, "To", problems), cursor or None)
+    try:
+        runs = client.runs(filters.task, status=filters.status, since=filters.since,
+                           until=filters.until, node=filters.node, cursor=filters.cursor,
+                           limit=RUNS_PAGE)
+    except ValueError as exc:
+        problems.append(str(exc))
+        runs = []
+    base = request.url_for("runs_page").path
+    try:
+        nodes = [n.node_id for n in client.nodes()]
+    except Exception:  # a table older than the node registry: no list to offer
+        nodes = []
     return {
         **chrome(request),
         "now": client.db_now(),
-        "runs": client.runs(status=status, limit=PAGE_SIZE),
+        "runs": runs,
         "statuses": RUN_STATUSES,
-        "status": status,
-        "page_size": PAGE_SIZE,
+        "status": filters.status,
+        "filters": filters,
+        "problems": problems,
+        "node_ids": nodes,
+        "runs_url": base,
+        "status_url": lambda s: base + filters.query(status=s, cursor=None),
+        "older_url": (base + filters.query(cursor=runs[-1].cursor)
+                      if len(runs) == RUNS_PAGE else None),
+        "newest_url": base + filters.query(cursor=None) if filters.cursor else None,
+        "page_size": RUNS_PAGE,
         "task_url": lambda name: task_url(request, name),
         "fmt_duration": fmt_duration,
     }
 
 
 @router.get("/runs", name="runs_page")
-def runs_page(request: Request, status: str | None = None) -> Response:
-    """The latest runs of all tasks, filtered by status."""
-    return render(request, "runs.html", _runs_context(request, status))
+def runs_page(request: Request, task: str | None = None, node: str | None = None,
+              status: str | None = None, since: str | None = None, until: str | None = None,
+              cursor: str | None = None) -> Response:
+    """Runs of all tasks, filtered by task, node, status and time, a page at a time."""
+    return render(request, "runs.html",
+                  _runs_context(request, task, node, status, since, until, cursor))
 
 
 @router.get("/partials/runs", name="runs_partial")
-def runs_partial(request: Request, status: str | None = None) -> Response:
+def runs_partial(request: Request, task: str | None = None, node: str | None = None,
+                 status: str | None = None, since: str | None = None,
+                 until: str | None = None, cursor: str | None = None) -> Response:
     """The live region of the runs page."""
-    return render(request, "_runs_live.html", _runs_context(request, status))
+    return render(request, "_runs_live.html",
+                  _runs_context(request, task, node, status, since, until, cursor))
+
+
+def _known_handlers(client: Any) -> list[str]:
+    """Handlers of the nodes seen in the last day (the registry), for the edit form."""
+    try:
+        nodes = client.nodes()
+    except Exception:  # a table older than the registry: the field takes any name
+        return []
+    return sorted({h for n in nodes for h in n.handlers})
+
+
+@router.get("/edit", name="edit_page")
+def edit_page(request: Request, name: str | None = None) -> Response:
+    """Create a runtime task, or change one (``?name=``): handler, schedule text checked as
+    typed with its next due times, data as JSON. Admins only: a read-only view says so."""
+    client = request.app.state.dashboard.client
+    info = client.info(name) if name else None
+    declared = info is not None and (info.builtin or not info.handler
+                                     or info.handler == info.name)
+    data_json = ""
+    if info is not None and info.data is not None:
+        data_json = json.dumps(info.data, indent=2, ensure_ascii=False)
+    return render(request, "edit.html", {
+        **chrome(request),
+        "info": info,
+        "declared": declared,
+        "handlers": _known_handlers(client),
+        "data_json": data_json,
+        "task_url": task_url(request, info.name) if info is not None else None,
+    })
+
+
+def _nodes_context(request: Request) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    nodes = client.nodes()
+    return {
+        **chrome(request),
+        "now": client.db_now(),
+        "nodes": nodes,
+        "alive": sum(1 for n in nodes if n.alive),
+        "task_url": lambda name: task_url(request, name),
+    }
+
+
+@router.get("/nodes", name="nodes_page")
+def nodes_page(request: Request) -> Response:
+    """The nodes of the registry: alive or gone, last contact, what each runs now."""
+    return render(request, "nodes.html", _nodes_context(request))
+
+
+@router.get("/partials/nodes", name="nodes_partial")
+def nodes_partial(request: Request) -> Response:
+    """The live region of the nodes page."""
+    return render(request, "_nodes_live.html", _nodes_context(request))
+
+
+def _groups_context(request: Request) -> dict[str, Any]:
+    client = request.app.state.dashboard.client
+    groups = client.groups()
+    now = client.db_now()
+    waiting: dict[str, list[TaskInfo]] = {}
+    full = {g.name for g in groups if g.limit is not None and g.running >= g.limit}
+    members: dict[str, list[TaskInfo]] = {}
+    for info in client.tasks():
+        group = info.options.get("group")
+        if not group:
+            continue
+        members.setdefault(group, []).append(info)
+        if group in full and not info.running and not info.paused \
+                and info.next_process_at <= now:
+            waiting.setdefault(group, []).append(info)
+    return {
+        **chrome(request),
+        "now": now,
+        "groups": groups,
+        "members": members,
+        "waiting": waiting,
+        "task_url": lambda name: task_url(request, name),
+    }
+
+
+@router.get("/groups", name="groups_page")
+def groups_page(request: Request) -> Response:
+    """Concurrency groups: limit, executions running, tasks waiting for room."""
+    return render(request, "groups.html", _groups_context(request))
+
+
+@router.get("/partials/groups", name="groups_partial")
+def groups_partial(request: Request) -> Response:
+    """The live region of the groups page."""
+    return render(request, "_groups_live.html", _groups_context(request))
 
 
 def _batches_context(request: Request, handler: str | None) -> dict[str, Any]:

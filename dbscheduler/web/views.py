@@ -5,13 +5,14 @@ shared by the HTML pages and the JSON routes so that both always agree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, get_args
 
 from ..context import TaskInfo
-from ..schedules import Cron, FixedDelay, FixedRate, Schedule, parse
+from ..schedules import Cron, Dynamic, FixedDelay, FixedRate, Schedule, parse
+from ..schedules.once import NEVER
 
 __all__ = [
     "FAILING_STATUSES",
@@ -23,8 +24,10 @@ __all__ = [
     "count_states",
     "describe_schedule",
     "filter_tasks",
+    "is_batch_key",
     "paginate",
     "parse_schedule",
+    "preview",
     "states_of",
     "upcoming",
 ]
@@ -86,6 +89,21 @@ def filter_tasks(
             continue
         out.append(info)
     return out
+
+
+def is_batch_key(info: TaskInfo, pending: Collection[str] = ()) -> bool:
+    """Whether ``info`` is a batch key's row (``<handler>/<key>``, delivered once by its
+    batch handler) rather than a task: a row with items ``pending``, or one named and
+    scheduled as a push makes them (its items delivered a moment ago).
+
+    >>> is_batch_key(client.info("digest/ann@example.com"))   # doctest: +SKIP
+    True
+    """
+    if info.name in pending:
+        return True
+    handler = info.handler
+    return bool(handler and handler != info.name and info.name.startswith(f"{handler}/")
+                and (info.schedule or "").startswith("once "))
 
 
 @dataclass(frozen=True)
@@ -268,3 +286,30 @@ def upcoming(info: TaskInfo, now: datetime, n: int = 10) -> Upcoming:
         t = schedule.next_run(scheduled_at=t, started_at=start, finished_at=start, ctx=None)
         times.append(t)
     return Upcoming(times[:n], note)
+
+
+def preview(text: str, now: datetime, n: int = 5) -> Upcoming:
+    """The first ``n`` due times of a task created now with the schedule ``text``;
+    ``ValueError`` naming what is wrong with the text.
+
+    >>> start = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    >>> [t.isoformat() for t in preview("fixed-rate 60s", start, 2).times]
+    ['2026-01-01T00:00:00+00:00', '2026-01-01T00:01:00+00:00']
+    """
+    schedule = parse(text)
+    if isinstance(schedule, Dynamic):
+        raise ValueError("a dynamic schedule is decided by a function in the nodes' code; "
+                         "a runtime task takes cron, fixed-rate, fixed-delay or once")
+    t = schedule.first_run(now)
+    times = [t]
+    note = None
+    if isinstance(schedule, FixedDelay):
+        note = "assuming each run takes no time (the delay counts from its end)"
+    while len(times) < n:
+        start = max(t, now)
+        t = schedule.next_run(scheduled_at=t, started_at=start, finished_at=start, ctx=None)
+        if t >= NEVER or t <= times[-1]:
+            note = note or "runs once, then the task is deleted"
+            break
+        times.append(t)
+    return Upcoming(times, note)

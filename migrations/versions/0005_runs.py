@@ -45,7 +45,7 @@ def upgrade() -> None:
         .values(last_success_at=table.c.last_finished_at)
     )
     op.create_index(f"{name}_alert_idx", name, ["alerted_at", "alert_after"], schema=schema)
-    runs = make_runs_table(qualified)
+    runs = make_runs_table(qualified, revision=5)
     uniques = [
         sa.UniqueConstraint(*c.columns.keys(), name=c.name)
         for c in list(runs.constraints)
@@ -61,7 +61,7 @@ def downgrade() -> None:
     qualified = table_name_from(context.config)
     table = make_table(qualified, revision=5)
     name, schema = table.name, table.schema
-    op.drop_table(make_runs_table(qualified).name, schema=schema)
+    op.drop_table(make_runs_table(qualified, revision=5).name, schema=schema)
     op.drop_index(f"{name}_alert_idx", table_name=name, schema=schema)
     for column in reversed(alert_columns()):
         op.drop_column(name, column.name, schema=schema)

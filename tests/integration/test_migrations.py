@@ -189,7 +189,7 @@ def test_a_users_own_alembic_environment_as_the_guide_says(tmp_path: Path, insta
     try:
         assert set(sa.inspect(engine).get_table_names()) == {
             "alembic_version", "scheduled_tasks", "scheduled_tasks_groups",
-            "scheduled_tasks_items", "scheduled_tasks_runs", "users"}
+            "scheduled_tasks_items", "scheduled_tasks_nodes", "scheduled_tasks_runs", "users"}
         with engine.connect() as conn:
             heads = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
         assert HEAD in heads and len(heads) == 2

@@ -398,7 +398,8 @@ def _workout(r: Rig) -> None:
     r.db.on(r"^SELECT count\(\*\)", Reply(["n", "r", "p", "o"], [(5, 1, 1, 1)]))
     assert c.counts(timedelta(seconds=60)).idle == 2
     r.db.on(r"FROM scheduled_tasks_runs\s+WHERE .*ORDER BY", Reply(RUN_COLUMNS, [
-        (3, NAMES[0], 12, 1, NODE, NOW, NOW, NOW + timedelta(seconds=2), "error", "boom")]))
+        (3, NAMES[0], 12, 1, NODE, NOW, NOW, NOW + timedelta(seconds=2), "error", "boom",
+         "Traceback (most recent call last):")]))
     (run,) = c.runs(NAMES[0], status=["error", "lost"],
                     since=datetime(2031, 1, 1, tzinfo=timezone.utc), limit=7)
     assert run.duration == timedelta(seconds=2) and run.finished_at.tzinfo is not None
@@ -871,9 +872,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
     # columns, the handler update, an index, the version update; 0004: three columns, an
     # index, the groups table, the version update; 0005: three columns, the last-success
     # update, an index, the runs table and its two indexes, the version update; 0006: the
-    # items table, two indexes, the version update; 0007: a column, the version update; the
-    # COMMIT
-    assert sql.count("\n/\n") == 38
+    # items table, two indexes, the version update; 0007: a column, the version update; 0008:
+    # the nodes table, the version update; 0009: a column, the version update; the COMMIT
+    assert sql.count("\n/\n") == 42
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 

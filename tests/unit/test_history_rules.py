@@ -81,7 +81,7 @@ def test_run_json_has_iso_times_and_the_duration_in_seconds() -> None:
     assert data == {"id": 1, "name": "t", "token": 4, "attempt": 2, "node_id": "n1",
                     "scheduled_at": NOW.isoformat(), "started_at": NOW.isoformat(),
                     "finished_at": (NOW + timedelta(seconds=1.25)).isoformat(),
-                    "status": "error", "error": "boom", "duration": 1.25}
+                    "status": "error", "error": "boom", "traceback": None, "duration": 1.25}
 
 
 def test_durations_for_people() -> None:

@@ -300,7 +300,8 @@ def test_a_name_ending_like_a_route_is_read_whole_when_its_slash_is_encoded(
         assert not scheduler.info("b/pause").paused
         assert http.post("/api/tasks/b%2Fpause/pause").json()["paused"] is True
         assert http.get("/api/tasks/c%2Fruns").json()["name"] == "c/runs"
-        assert http.get("/api/tasks/c%2Fruns/runs").json() == {"runs": [], "limit": 100}
+        assert http.get("/api/tasks/c%2Fruns/runs").json() == {
+            "runs": [], "limit": 100, "next_cursor": None}
     scheduler.engine.dispose()
 
 
@@ -311,7 +312,8 @@ def test_runs_of_every_task_and_of_one_are_the_cli_json(node: Node, http: TestCl
         node.scheduler.trigger(name)
     wait_for(lambda: all(node.scheduler.runs(name) for name in ODD_NAMES), what="their runs")
     everything = http.get("/api/runs").json()
-    assert everything == {"runs": [r.to_dict() for r in node.scheduler.runs()], "limit": 100}
+    assert everything == {"runs": [r.to_dict() for r in node.scheduler.runs()], "limit": 100,
+                          "next_cursor": None}
     cli_json = CliRunner().invoke(
         cli, ["runs", "--json", "--limit", "100", "--url", node.url, "--table", node.table]
     ).output
@@ -363,6 +365,7 @@ def test_put_creates_and_updates_a_runtime_task_that_a_node_runs(
     task = created.json()
     assert (task["name"], task["handler"], task["data"], task["schedule"]) == (
         name, "echo", {"c": 42}, "cron 0 8 * * 1-5 Europe/Berlin")
+    assert task.pop("warning") is None  # the node has the handler
     assert http.get(path(name)).json() == task
 
     # Updating: new schedule and data, counters kept; a past one-off runs at once.

@@ -52,6 +52,7 @@ ROUTES = {
     ("/api/tasks/{name}", "put"), ("/api/tasks/{name}", "delete"), ("/api/health", "get"),
     ("/api/runs", "get"), ("/api/tasks/{name}/runs", "get"),
     ("/api/batches", "get"), ("/api/batches/drop", "post"),
+    ("/api/nodes", "get"), ("/api/groups", "get"), ("/api/schedules/preview", "get"),
     ("/v3/queue/{merge_key}/{method}/{service}", "post"),
     ("/v3/queue/{merge_key}/{method}/{service}", "delete"),
 }
@@ -89,7 +90,8 @@ def test_the_document_lists_every_route_with_request_and_response_schemas(
             for code in ("401", "403", "422", "500", "503"):
                 assert code in op["responses"], (path, method, code)
     for model in ("RescheduleBody", "BulkBody", "ScheduleBody", "ApiError", "Task", "Run",
-                  "RunList", "Batch", "BatchList", "Pushed", "Dropped", "DropBody"):
+                  "RunList", "Batch", "BatchList", "Pushed", "Dropped", "DropBody", "NodeList",
+                  "GroupList", "ScheduledTask"):
         assert model in raw["components"]["schemas"]
 
 

@@ -355,7 +355,30 @@
     }[action];
     if (!words) return;
     if (!await confirmDialog({ title: words[0], message: words[1], okLabel: words[2] })) return;
-    await run(() => call("POST", path + "/" + action), words[3] + " " + name + ".");
+    let before = null;
+    await run(async () => { before = await call("POST", path + "/" + action); },
+      words[3] + " " + name + ".");
+    if (action === "trigger" && before) followRun(path, before.total_attempt);
+  }
+
+  // After "Run now": show the run as the node writes it (picked, then finished), not at
+  // the next periodic refresh.
+  async function followRun(path, startedBefore) {
+    const deadline = Date.now() + 15000;
+    let seen = null;
+    while (Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      let info;
+      try { info = await call("GET", path); } catch (_) { return; }
+      const now = info.total_attempt + "/" + info.running + "/" + info.last_finished_at;
+      if (now !== seen) { seen = now; await refresh(); }
+      if (info.total_attempt > startedBefore && !info.running) {
+        // The run row is written with the finish; a failure's traceback a moment later.
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        await refresh();
+        return;
+      }
+    }
   }
 
   async function run(request, success) {
@@ -409,12 +432,144 @@
     });
   }
 
+  // ---- the runs page: filters typed in the browser's time zone, sent as UTC -------------
+  function initRunFilters() {
+    const form = document.getElementById("run-filters");
+    if (!form) return;
+    for (const input of form.querySelectorAll("input[data-utc]")) {
+      if (input.dataset.utc) input.value = localInputValue(new Date(input.dataset.utc)) +
+        ":" + String(new Date(input.dataset.utc).getSeconds()).padStart(2, "0");
+    }
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const params = new URLSearchParams();
+      for (const [key, value] of new FormData(form)) {
+        if (!value) continue;
+        const input = form.elements.namedItem(key);
+        params.set(key, input && input.dataset && "utc" in input.dataset
+          ? new Date(value).toISOString() : value);
+      }
+      const query = params.toString();
+      location.assign(form.action + (query ? "?" + query : ""));
+    });
+  }
+
+  // ---- creating and editing a runtime task ------------------------------------------------
+  function initTaskForm() {
+    const form = document.getElementById("task-form");
+    if (!form) return;
+    const field = (name) => form.elements.namedItem(name);
+    const preview = document.getElementById("schedule-preview");
+    const dataError = document.getElementById("data-error");
+    let timer = null;
+    let asked = 0;
+
+    async function showPreview() {
+      const typed = field("schedule").value.trim();
+      const mine = ++asked;
+      if (!typed) { preview.replaceChildren(); return; }
+      let result;
+      try {
+        result = await call("GET", "schedules/preview?n=5&schedule=" + enc(typed));
+      } catch (err) {
+        if (mine !== asked) return;
+        preview.replaceChildren(text("p", err.message, "field-error"));
+        field("schedule").setAttribute("aria-invalid", "true");
+        return;
+      }
+      if (mine !== asked) return;
+      field("schedule").removeAttribute("aria-invalid");
+      const list = document.createElement("ol");
+      list.className = "upcoming";
+      for (const at of result.times) {
+        const li = document.createElement("li");
+        const time = document.createElement("time");
+        time.setAttribute("datetime", at);
+        time.dataset.fmt = "list";
+        li.append(time);
+        list.append(li);
+      }
+      const parts = [text("p", result.words, "preview-words"), list];
+      if (result.note) parts.push(text("p", result.note, "muted note"));
+      preview.replaceChildren(...parts);
+      localize(preview);
+    }
+
+    function parsedData() {
+      const raw = field("data").value.trim();
+      if (!raw) { dataError.hidden = true; return { ok: true, value: null }; }
+      try {
+        const value = JSON.parse(raw);
+        dataError.hidden = true;
+        field("data").removeAttribute("aria-invalid");
+        return { ok: true, value };
+      } catch (err) {
+        dataError.textContent = "Not JSON: " + err.message;
+        dataError.hidden = false;
+        field("data").setAttribute("aria-invalid", "true");
+        return { ok: false };
+      }
+    }
+
+    field("schedule").addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(showPreview, 250);
+    });
+    field("data").addEventListener("input", parsedData);
+    if (field("schedule").value) showPreview();
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const name = field("name").value.trim();
+      const handler = field("handler").value.trim();
+      const schedule = field("schedule").value.trim();
+      const data = parsedData();
+      if (!name || !handler || !schedule) {
+        toast("Name, handler and schedule are needed.", true);
+        return;
+      }
+      if (!data.ok) return;
+      const button = document.getElementById("save");
+      button.disabled = true;
+      try {
+        const saved = await call("PUT", "tasks/" + enc(name), { handler, schedule, data: data.value });
+        const note = saved.warning ? "?saved=" + enc(saved.warning) : "?saved=";
+        location.assign(root + "tasks/" + enc(name) + note);
+      } catch (err) {
+        toast(err.message, true);
+        button.disabled = false;
+      }
+    });
+  }
+
+  function showSaved() {
+    const params = new URLSearchParams(location.search);
+    if (!params.has("saved")) return;
+    const warning = params.get("saved");
+    toast(warning ? "Saved. Warning: " + warning : "Saved.", Boolean(warning));
+    params.delete("saved");
+    const query = params.toString();
+    history.replaceState(null, "", location.pathname + (query ? "?" + query : ""));
+  }
+
   // ---- start ------------------------------------------------------------------------------
   readSkew(document);
   localize(document);
+  initTaskForm();
+  showSaved();
+  const retry = document.getElementById("retry");
+  if (retry) {
+    // An error page of an unreachable database tries again by itself.
+    let left = Number(retry.dataset.retryS) || 5;
+    const tick = () => {
+      retry.textContent = "Trying again in " + left + " s…";
+      if (left-- <= 0) location.reload(); else setTimeout(tick, 1000);
+    };
+    tick();
+  }
   if (live) {
     if (document.getElementById("search")) initTasksPage();
     else if (live.dataset.page === "batches") initBatchesPage();
+    else if (live.dataset.page === "runs") initRunFilters();
     else if (!readOnly) initTaskPage();
     schedule();
   }
