@@ -171,6 +171,36 @@ class Dialect(StatementCache):
         for values in rows:
             self.insert_if_absent(conn, table, values)
 
+    upsert_rows: ClassVar[int] = 1000
+    """Rows per :meth:`upsert_many` statement (a larger call is written in parts)."""
+
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        """Insert each of ``rows`` (plain values, every row the same columns) or, when its
+        ``queue_name`` is taken, apply ``on_existing(new)`` to the row that has it, where
+        ``new(column)`` is the value the insert proposed. At most :attr:`upsert_rows` rows.
+
+        The portable form is two statements, each one parameterised statement executed for
+        all rows: insert-if-absent, then the update (which, on a row just inserted, writes
+        what it already holds). Backends with an upsert override it as one statement.
+        """
+        if not rows:
+            return
+        t, names = table, list(rows[0])
+        self.insert_many_if_absent(conn, t, rows)
+        update = (
+            sa.update(t)
+            .where(t.c.queue_name == sa.bindparam("u_queue_name", type_=t.c.queue_name.type))
+            .ordered_values(*on_existing(
+                lambda n: sa.bindparam(f"u_{n}", type_=t.c[n].type)))
+        )
+        conn.execute(update, [{f"u_{n}": r[n] for n in names} for r in rows])
+
     # -- batches -------------------------------------------------------------------------
     def push_statement(
         self,

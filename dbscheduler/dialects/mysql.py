@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -177,6 +177,22 @@ class MySQLDialect(Dialect):
         # The list of pairs keeps the assignments in order (evaluated left to right).
         pairs = [(c.name, v) for c, v in on_existing]
         return mysql_insert(table).values(**row).on_duplicate_key_update(pairs)
+
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        # INSERT … VALUES (…) ON DUPLICATE KEY UPDATE executed for all rows: PyMySQL sends
+        # them as one multi-row statement (up to its 1 MB statement size), compiled once.
+        if not rows:
+            return
+        insert = mysql_insert(table)
+        # The list of pairs keeps the assignments in order (evaluated left to right).
+        pairs = [(c.name, v) for c, v in on_existing(lambda n: insert.inserted[n])]
+        conn.execute(insert.on_duplicate_key_update(pairs), list(rows))
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
