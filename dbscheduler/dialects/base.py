@@ -192,7 +192,7 @@ class Dialect(StatementCache):
         if not rows:
             return
         t, names = table, list(rows[0])
-        self.insert_many_if_absent(conn, t, rows)
+        self._insert_absent_batch(conn, t, rows)
         update = (
             sa.update(t)
             .where(t.c.queue_name == sa.bindparam("u_queue_name", type_=t.c.queue_name.type))
@@ -200,6 +200,32 @@ class Dialect(StatementCache):
                 lambda n: sa.bindparam(f"u_{n}", type_=t.c[n].type)))
         )
         conn.execute(update, [{f"u_{n}": r[n] for n in names} for r in rows])
+
+    insert_guard_hints: ClassVar[str | None] = None
+    """Table hints of the probe of :func:`insert_if_absent_statement` (SQL Server's locks)."""
+
+    def _insert_absent_batch(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """``INSERT … SELECT … WHERE NOT EXISTS`` executed once for all ``rows``. A racing
+        writer's row can still make it fail with a duplicate key (Oracle does not lock an
+        absent key): the batch is then sent again, and the rows now present are skipped."""
+        names = [n for n in rows[0] if any(r[n] is not None for r in rows)]
+        # Only the binds' names and types matter: every row's own values are sent with it.
+        shape = {n: next(r[n] for r in rows if r[n] is not None) for n in names}
+        stmt = insert_if_absent_statement(table, shape, self.insert_guard_hints)
+        params = [{f"v_{n}": r[n] for n in names} for r in rows]
+        for attempt in range(3):
+            savepoint = conn.begin_nested()
+            try:
+                conn.execute(stmt, params)
+            except sa.exc.IntegrityError:
+                savepoint.rollback()
+                if attempt == 2:
+                    raise
+            else:
+                savepoint.commit()
+                return
 
     # -- batches -------------------------------------------------------------------------
     def push_statement(

@@ -1028,3 +1028,40 @@ def test_a_trigger_in_a_trace_stores_its_link_with_the_next_token(rig: Rig) -> N
     concat = {"mssql": r"\+ CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR\(20\)\)",
               "oracle": r"\|\| CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR2?\(20( CHAR)?\)\)"}
     assert re.search(r"trigger_link=\S+ " + concat[rig.backend], update.sql), update.sql
+
+
+def test_bulk_creation_is_two_statements_per_batch_each_sent_once_for_all_rows(
+    rig: Rig
+) -> None:
+    from dbscheduler._store.bulk import push_many, write_runtime_many
+    from dbscheduler.bulk import push_rows, runtime_rows
+
+    at = datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    rows = runtime_rows([("job-1", "mail", at, {"n": 1}), ("job-2", "mail", at, None),
+                         ("job-3", "mail", at, {"n": 3}, )], once=True)
+    rig.db.calls.clear()
+    write_runtime_many(rig.store, rows)
+    writes = [c for c in _executed(rig.db) if re.match(r"^(INSERT|UPDATE)", c.sql)]
+    assert [w.sql.split()[0] for w in writes] == ["INSERT", "UPDATE"], rig.db.sql()
+    insert, update = writes
+    assert "WHERE NOT (EXISTS" in insert.sql
+    if rig.backend == "mssql":
+        assert "WITH (UPDLOCK, HOLDLOCK)" in insert.sql
+    # Each statement once, with every row's values as parameter sets, nothing inlined.
+    assert isinstance(insert.params, list) and len(insert.params) == 3
+    assert isinstance(update.params, list) and len(update.params) == 3
+    for call in writes:
+        assert "job-" not in call.sql and "2031" not in call.sql
+        assert "job-2" in _param_values(call)
+    assert "CASE WHEN (scheduled_tasks.locked_by IS NULL)" in update.sql
+    # Pushes: the items in one statement, the keys' rows as above.
+    rig.db.calls.clear()
+    push_many(rig.store, push_rows([("ann", {"e": 1}, "digest"), ("ann", {"e": 2}, "digest"),
+                                    ("bob", None, "digest")]))
+    writes = [c for c in _executed(rig.db) if re.match(r"^(INSERT|UPDATE)", c.sql)]
+    assert [w.sql.split()[:3] for w in writes] == [
+        ["INSERT", "INTO", "scheduled_tasks_items"], ["INSERT", "INTO", "scheduled_tasks"],
+        ["UPDATE", "scheduled_tasks", "SET"]], rig.db.sql()
+    # SQLAlchemy may send the items as one multi-row VALUES: the values are there either way.
+    assert {'{"e": 1}', '{"e": 2}'} <= set(map(str, _param_values(writes[0])))
+    assert len(writes[1].params) == 2  # one row per key
