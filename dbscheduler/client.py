@@ -322,8 +322,9 @@ class Client(GroupsAndBatches):
     def schedule_many(self, items: Iterable[ScheduleItem | tuple[Any, ...] | Mapping[str, Any]]
                       ) -> int:
         """Create or update many runtime tasks at once: the same rows as :meth:`schedule` for
-        each item, written with one statement per batch of up to a thousand (five hundred on
-        SQLite), waking listening nodes once per batch. Returns how many items were written.
+        each item, written with one statement per batch of up to a thousand (two on SQL Server
+        and Oracle), waking listening nodes once per batch. Returns how many items were
+        written.
 
         An item is a :class:`~dbscheduler.bulk.ScheduleItem`, a tuple ``(name, handler,
         schedule)`` or ``(name, handler, schedule, data)``, or a mapping with ``name``,
