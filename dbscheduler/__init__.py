@@ -24,12 +24,13 @@ from .errors import (
 )
 from .failures import ArithmeticBackoff, FailureSettings, GeometricBackoff, LinearBackoff, NoRetry
 from .health import Health
-from .listeners import Listener, Outcome
+from .listeners import AlertGroup, Listener, Outcome
 from .nodes import NodeInfo
 from .scheduler import Scheduler
 from .schedules import Cron, Dynamic, FixedDelay, FixedRate, Once, Schedule
 
 __all__ = [
+    "AlertGroup",
     "ArithmeticBackoff",
     "Client",
     "Cron",

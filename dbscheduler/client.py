@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -28,8 +28,10 @@ from ._store import (
     write_runtime,
 )
 from ._store.alerts import dead_where, overdue_where
+from ._store.bulk import push_many, write_runtime_many
 from ._store.controls import GroupInfo
 from ._taskinfo import task_info
+from .bulk import PushItem, ScheduleItem, push_rows, runtime_rows
 from .context import RunInfo, TaskInfo, parse_run_cursor
 from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
@@ -334,6 +336,62 @@ class Client(GroupsAndBatches):
         past), retried by the handler's failure settings; the row is deleted when it
         succeeds or gives up."""
         self.schedule(name, handler, once_at(name, at), data=data, **options)
+
+    def schedule_many(self, items: Iterable[ScheduleItem | tuple[Any, ...] | Mapping[str, Any]]
+                      ) -> int:
+        """Create or update many runtime tasks at once: the same rows as :meth:`schedule` for
+        each item, written with one statement per batch of up to a thousand (two on SQL Server
+        and Oracle), waking listening nodes once per batch. Returns how many items were
+        written.
+
+        An item is a :class:`~dbscheduler.bulk.ScheduleItem`, a tuple ``(name, handler,
+        schedule)`` or ``(name, handler, schedule, data)``, or a mapping with ``name``,
+        ``handler``, ``schedule`` (a Schedule or its text, e.g. ``"FixedRate(60)"``),
+        optionally ``data`` and options (``priority``, ``group`` …). Every item is checked
+        before anything is written; the first bad one raises ``ValueError`` naming its
+        position; a name may appear once per call. Running it again changes nothing but
+        the next times of idle rows (as :meth:`schedule` again would).
+
+        >>> client.schedule_many(
+        ...     [(f"r-{i}", "report", FixedRate(3600)) for i in range(500)])  # doctest: +SKIP
+        500
+        """
+        rows = runtime_rows(items, once=False)
+        write_runtime_many(self._store, rows)
+        return len(rows)
+
+    def schedule_once_many(
+        self, items: Iterable[ScheduleItem | tuple[Any, ...] | Mapping[str, Any]]
+    ) -> int:
+        """Many one-off jobs at once (:meth:`schedule_once` for each item, in batches as
+        :meth:`schedule_many`): items of ``(name, handler, at)`` or ``(name, handler, at,
+        data)``, :class:`~dbscheduler.bulk.ScheduleItem` or mappings with ``at`` (an aware
+        datetime or ISO 8601 text with its offset). Returns how many were written.
+
+        >>> client.schedule_once_many(
+        ...     (f"mail-{u}", "send-mail", at, {"user": u}) for u in users)  # doctest: +SKIP
+        """
+        rows = runtime_rows(items, once=True)
+        write_runtime_many(self._store, rows)
+        return len(rows)
+
+    def push_many(self, items: Iterable[PushItem | tuple[Any, ...] | Mapping[str, Any]]
+                  ) -> int:
+        """Many pushes at once, in order: the same items and keys as :meth:`push` for each,
+        written with one insert of the items and one upsert of the keys per batch. Several
+        pushes to one key in one call act on it as they would one after another.
+
+        An item is a :class:`~dbscheduler.bulk.PushItem`, a tuple ``(key, item, handler)``
+        or a mapping with ``key``, ``item``, ``handler`` and optionally ``ontime``,
+        ``update``, ``data``. Every push is checked before anything is written. Returns how
+        many items were queued.
+
+        >>> client.push_many(
+        ...     (user, {"event": "comment"}, "digest") for user in users)  # doctest: +SKIP
+        """
+        pushes = push_rows(items)
+        push_many(self._store, pushes)
+        return len(pushes)
 
     def unschedule(self, name: str) -> bool:
         """Delete the row ``name`` (a running execution finishes; its fenced finish then

@@ -41,22 +41,62 @@ def runtime_row(
     schedule: Schedule,
     data: Any,
     options: Mapping[str, Any],
+    *,
+    memo: dict[Any, Any] | None = None,
 ) -> RuntimeRow:
     """Check everything ``schedule``/``schedule_once`` were given and build the row to write.
 
-    Raises ``ValueError`` naming the field; nothing is written before this passes.
+    Raises ``ValueError`` naming the field; nothing is written before this passes. ``memo``
+    (a dict kept across the items of one bulk call) remembers the handlers, schedules and
+    options already found good, which many items share.
     """
     try:
         validate_name(name)
     except ValueError as exc:
         raise ValueError(f"name: {exc}") from None
-    try:
-        validate_name(handler)
-    except ValueError as exc:
-        raise ValueError(f"task {name!r}: handler: {str(exc).replace('task name', 'name')}"
-                         ) from None
     refuse_reserved(name, "task")
-    refuse_reserved(handler, f"task {name!r}: handler")
+    if memo is None or ("handler", handler) not in memo:
+        try:
+            validate_name(handler)
+        except ValueError as exc:
+            raise ValueError(
+                f"task {name!r}: handler: {str(exc).replace('task name', 'name')}") from None
+        refuse_reserved(handler, f"task {name!r}: handler")
+        if memo is not None:
+            memo["handler", handler] = True
+    key = _memo_key(schedule, options) if memo is not None else None
+    if memo is not None and key is not None and key in memo:
+        text, controls, stored_options, alert_after = memo[key]
+    else:
+        text, controls, stored_options, alert_after = _checked(name, schedule, options)
+        if memo is not None and key is not None:
+            memo[key] = text, controls, stored_options, alert_after
+    try:
+        stored_data = encode_state(data)
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: data: {str(exc).replace('state', 'data')}") from None
+
+    def first_run(now: datetime) -> datetime:
+        return jittered(schedule.first_run(now), controls, NEVER)
+
+    return RuntimeRow(name, handler, text, first_run, stored_data, stored_options,
+                      controls.priority, controls.group, controls.requires, alert_after)
+
+
+def _memo_key(schedule: Schedule, options: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What makes two items' schedule and options checks the same, or ``None`` when the
+    values cannot be compared (unhashable options are checked every time)."""
+    try:
+        key = ("schedule", type(schedule), schedule, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _checked(name: str, schedule: Schedule, options: Mapping[str, Any]
+             ) -> tuple[str, TaskOptions, str | None, float | None]:
+    """The schedule's stored text, the options, their JSON and the dead-man limit, checked."""
     options = dict(options)
     alert_after = _alert_after(name, options.pop("alert_after", None))
     if isinstance(schedule, Dynamic):
@@ -76,20 +116,11 @@ def runtime_row(
             raise ValueError("its text does not read back to an equal schedule")
     except ValueError as exc:
         raise ValueError(f"task {name!r}: schedule {text!r} cannot be stored: {exc}") from None
-    try:
-        stored_data = encode_state(data)
-    except ValueError as exc:
-        raise ValueError(f"task {name!r}: data: {str(exc).replace('state', 'data')}") from None
     controls = options_from(options, f"task {name!r}")
     stored_options = controls.to_json()
     if stored_options is not None and len(stored_options) > MAX_OPTIONS_LENGTH:
         raise ValueError(f"task {name!r}: options: longer than {MAX_OPTIONS_LENGTH} characters")
-
-    def first_run(now: datetime) -> datetime:
-        return jittered(schedule.first_run(now), controls, NEVER)
-
-    return RuntimeRow(name, handler, text, first_run, stored_data, stored_options,
-                      controls.priority, controls.group, controls.requires, alert_after)
+    return text, controls, stored_options, alert_after
 
 
 def _alert_after(name: str, value: Any) -> float | None:

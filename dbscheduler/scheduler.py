@@ -86,6 +86,9 @@ class Scheduler(Declarations, Operations, Batching):
         overdue_after: a task due longer ago than this that no node picked is late
             (listeners get ``on_overdue`` on one node of the cluster).
         overdue_check: how often this node looks for late tasks (one query); ``None``: never.
+        alert_one_offs: also alert on one-off jobs (``schedule_once``, batch keys) that are
+            overdue; by default a backlog of them is not a late task to a pager (their
+            ``alert_after``, when they have one, still counts).
         http_delivery_hosts: run the built-in HTTP delivery of the queue service for
             targets on these hosts (``"mail.internal"``, ``"10.0.0.5:8080"``,
             ``"*.example.com"``); see :mod:`dbscheduler.http_delivery`.
@@ -109,6 +112,7 @@ class Scheduler(Declarations, Operations, Batching):
         history_per_task: int | None = 1000,
         overdue_after: timedelta | float = timedelta(seconds=60),
         overdue_check: timedelta | float | None = timedelta(seconds=30),
+        alert_one_offs: bool = False,
         http_delivery_hosts: Sequence[str] | None = None,
         listen_url: str | None = None,
     ) -> None:
@@ -125,6 +129,9 @@ class Scheduler(Declarations, Operations, Batching):
         self.overdue_after = duration(overdue_after, "overdue_after", allow_zero=True)
         self.overdue_check = (None if overdue_check is None
                               else duration(overdue_check, "overdue_check"))
+        if not isinstance(alert_one_offs, bool):
+            raise ValueError(f"alert_one_offs must be True or False, got {alert_one_offs!r}")
+        self.alert_one_offs = alert_one_offs
         self.max_workers = max_workers
         self.node_id = node_id or default_node_id()
         self.table = table
@@ -230,7 +237,7 @@ class Scheduler(Declarations, Operations, Batching):
         )
         if self.overdue_check is not None:
             self._alerts = AlertWatch(store, self._listeners, self.overdue_after,
-                                      self.overdue_check)
+                                      self.overdue_check, one_offs=self.alert_one_offs)
         if store.dialect.supports_notify:
             self._check_listen_url()
             if self.listen_url is not None:

@@ -38,6 +38,7 @@ __all__ = [
     "KeyRow",
     "Push",
     "drop_key",
+    "on_existing_push",
     "pending_keys",
     "push_item",
     "queued_due",
@@ -96,8 +97,15 @@ def _row_values(t: sa.Table, at_now: bool) -> dict[str, Any]:
     }
 
 
-def _on_existing(store: StoreBase, moves: bool, at_now: bool, *, own_item_seen: bool = True
-                 ) -> list[tuple[sa.Column[Any], Any]]:
+def on_existing_push(store: StoreBase, moves: bool, ontime: Any
+                     ) -> list[tuple[sa.Column[Any], Any]]:
+    """What a push due at ``ontime`` (an expression: a bulk push's proposed row) does to
+    its key's existing row; the push's item is written before."""
+    return _on_existing(store, moves, False, ontime=ontime)
+
+
+def _on_existing(store: StoreBase, moves: bool, at_now: bool, *, own_item_seen: bool = True,
+                 ontime: Any = None) -> list[tuple[sa.Column[Any], Any]]:
     """What a push does to the key's row when the row exists, in the order MySQL needs
     (it evaluates single-table assignments left to right: ``attempt`` is read first).
 
@@ -125,8 +133,9 @@ def _on_existing(store: StoreBase, moves: bool, at_now: bool, *, own_item_seen: 
             lone = ~sa.exists(sa.select(lowest.c.id).where(
                 lowest.c.task_name == t.c.queue_name).correlate(t))
         move = sa.and_(idle, sa.or_(t.c.attempt > 0, lone))
+    due = _ontime(t, at_now) if ontime is None else ontime
     return [
-        (t.c.next_process_at, sa.case((move, _ontime(t, at_now)), else_=t.c.next_process_at)),
+        (t.c.next_process_at, sa.case((move, due), else_=t.c.next_process_at)),
         (t.c.payload, sa.case((idle, t.c.payload),
                               else_=sa.literal(ARRIVED, t.c.payload.type))),
         (t.c.attempt, sa.case((idle, sa.literal_column("0", sa.Integer())),

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from ..web import cli as web_command
 from . import (  # noqa: F401  (the commands attach themselves to the group)
     batches,
+    bulk,
     controls,
     node,
     nodes,

@@ -187,6 +187,62 @@ class Dialect(StatementCache):
         for values in rows:
             self.insert_if_absent(conn, table, values)
 
+    upsert_rows: ClassVar[int] = 1000
+    """Rows per :meth:`upsert_many` statement (a larger call is written in parts)."""
+
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        """Insert each of ``rows`` (plain values, every row the same columns) or, when its
+        ``queue_name`` is taken, apply ``on_existing(new)`` to the row that has it, where
+        ``new(column)`` is the value the insert proposed. At most :attr:`upsert_rows` rows.
+
+        The portable form is two statements, each one parameterised statement executed for
+        all rows: insert-if-absent, then the update (which, on a row just inserted, writes
+        what it already holds). Backends with an upsert override it as one statement.
+        """
+        if not rows:
+            return
+        t, names = table, list(rows[0])
+        self._insert_absent_batch(conn, t, rows)
+        update = (
+            sa.update(t)
+            .where(t.c.queue_name == sa.bindparam("u_queue_name", type_=t.c.queue_name.type))
+            .ordered_values(*on_existing(
+                lambda n: sa.bindparam(f"u_{n}", type_=t.c[n].type)))
+        )
+        conn.execute(update, [{f"u_{n}": r[n] for n in names} for r in rows])
+
+    insert_guard_hints: ClassVar[str | None] = None
+    """Table hints of the probe of :func:`insert_if_absent_statement` (SQL Server's locks)."""
+
+    def _insert_absent_batch(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """``INSERT … SELECT … WHERE NOT EXISTS`` executed once for all ``rows``. A racing
+        writer's row can still make it fail with a duplicate key (Oracle does not lock an
+        absent key): the batch is then sent again, and the rows now present are skipped."""
+        names = [n for n in rows[0] if any(r[n] is not None for r in rows)]
+        # Only the binds' names and types matter: every row's own values are sent with it.
+        shape = {n: next(r[n] for r in rows if r[n] is not None) for n in names}
+        stmt = insert_if_absent_statement(table, shape, self.insert_guard_hints)
+        params = [{f"v_{n}": r[n] for n in names} for r in rows]
+        for attempt in range(3):
+            savepoint = conn.begin_nested()
+            try:
+                conn.execute(stmt, params)
+            except sa.exc.IntegrityError:
+                savepoint.rollback()
+                if attempt == 2:
+                    raise
+            else:
+                savepoint.commit()
+                return
+
     # -- batches -------------------------------------------------------------------------
     def push_statement(
         self,

@@ -114,6 +114,8 @@ class MSSQLDialect(Dialect):
     def offline_url(self, name: str) -> str:
         return "mssql+pyodbc://"
 
+    insert_guard_hints = INSERT_GUARD_HINTS
+
     # -- registration --------------------------------------------------------------------
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +30,8 @@ from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.visitors import replacement_traverse
 from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
@@ -97,6 +98,21 @@ def _now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     (seconds,) = element.clauses
     micros = f"CAST(ROUND({compiler.process(seconds, **kw)} * 1000000) AS SIGNED)"
     return f"TIMESTAMPADD(MICROSECOND, {micros}, UTC_TIMESTAMP(6))"
+
+
+def _inlined(expr: Any, conn: Connection) -> Any:
+    """``expr`` with its bound constants rendered as SQL literals."""
+    if not isinstance(expr, sa.ClauseElement):
+        return expr
+
+    def literal(element: Any) -> Any:
+        if isinstance(element, BindParameter) and element.value is not None:
+            text = element.compile(dialect=conn.dialect,
+                                   compile_kwargs={"literal_binds": True})
+            return sa.literal_column(str(text), element.type)
+        return None
+
+    return replacement_traverse(expr, {}, literal)  # type: ignore[call-overload]
 
 
 class MySQLDialect(Dialect):
@@ -239,6 +255,25 @@ class MySQLDialect(Dialect):
         # The list of pairs keeps the assignments in order (evaluated left to right).
         pairs = [(c.name, v) for c, v in on_existing]
         return mysql_insert(table).values(**row).on_duplicate_key_update(pairs)
+
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        # INSERT … VALUES (…) ON DUPLICATE KEY UPDATE executed for all rows: PyMySQL sends
+        # them as one multi-row statement (up to its 1 MB statement size), compiled once.
+        if not rows:
+            return
+        insert = mysql_insert(table)
+        # The list of pairs keeps the assignments in order (evaluated left to right). A
+        # parameter after VALUES (…) would stop PyMySQL from folding the rows into one
+        # statement: constants are written into the text instead.
+        pairs = [(c.name, _inlined(v, conn)) for c, v in on_existing(
+            lambda n: insert.inserted[n])]
+        conn.execute(insert.on_duplicate_key_update(pairs), list(rows))
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]

@@ -176,6 +176,35 @@ class PostgreSQLDialect(Dialect):
         )
         conn.execute(stmt, params)
 
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        # One INSERT … SELECT FROM unnest(one array per column) ON CONFLICT DO UPDATE: the
+        # same text for any number of rows (compiled once, prepared by the server). A column
+        # with one value in every row (the batch's created_at, the zero counters) is one
+        # typed parameter instead of an array.
+        if not rows:
+            return
+        names, first = list(rows[0]), rows[0]
+        fixed = {n for n in names if n != "queue_name" and all(r[n] == first[n] for r in rows)}
+        varying = [n for n in names if n not in fixed]
+        columns = [sa.column(n, table.c[n].type) for n in varying]
+        source, params = self.batch_rows("u", columns, [[r[n] for n in varying] for r in rows])
+        select = sa.select(*(
+            sa.cast(sa.bindparam(f"f_{n}", first[n], type_=table.c[n].type), table.c[n].type)
+            if n in fixed else source.c[n]
+            for n in names
+        ))
+        insert = pg_insert(table).from_select(names, select)
+        stmt = insert.on_conflict_do_update(
+            index_elements=["queue_name"],
+            set_={c.name: v for c, v in on_existing(lambda n: insert.excluded[n])})
+        conn.execute(stmt, params)
+
     def push_statement(
         self,
         item: sa.Insert,

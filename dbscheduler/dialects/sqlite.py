@@ -15,8 +15,8 @@ import json
 import random
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -143,6 +143,48 @@ class SQLiteDialect(Dialect):
     ) -> sa.Executable | None:
         return sqlite_insert(table).values(**row).on_conflict_do_update(
             index_elements=["queue_name"], set_={c.name: v for c, v in on_existing})
+
+    def upsert_many(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        rows: Sequence[Mapping[str, Any]],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> None:
+        # One INSERT … SELECT FROM json_each(<the rows as one JSON parameter>) ON CONFLICT
+        # DO UPDATE: the same text for any number of rows, compiled once. A multi-row VALUES
+        # is compiled again for every batch (0.8 s of CPU for 500 rows), and an executemany
+        # in autocommit mode commits each row on its own.
+        if not rows:
+            return
+        names = list(rows[0])
+        # Built each time, compiled once: SQLAlchemy's cache knows the shape.
+        stmt = self._upsert_many(table, names, on_existing)
+        conn.execute(stmt, {"u_rows": json.dumps(
+            [[self._json_value(r[n]) for n in names] for r in rows])})
+
+    def _upsert_many(
+        self, table: sa.Table, names: list[str],
+        on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
+    ) -> Any:
+        each = sa.func.json_each(sa.bindparam("u_rows", type_=sa.UnicodeText())).table_valued(
+            "value")
+        values = [sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"))
+                  for i in range(len(names))]
+        # WHERE true: without it SQLite reads the ON of ON CONFLICT as a join's.
+        insert = sqlite_insert(table).from_select(names, sa.select(*values).where(sa.true()))
+        return insert.on_conflict_do_update(
+            index_elements=["queue_name"],
+            set_={c.name: v for c, v in on_existing(lambda n: insert.excluded[n])})
+
+    def _json_value(self, value: Any) -> Any:
+        if isinstance(value, datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
+            return self.bind_timestamp(value.astimezone(timezone.utc))
+        if isinstance(value, bool):
+            return int(value)
+        return value
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]

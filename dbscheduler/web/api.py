@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..bulk import ScheduleItem
 from ..client import Client
 from ..context import TaskInfo
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
@@ -326,6 +327,39 @@ def reschedule(
     client = client_of(request)
     client.reschedule(name, body.at)
     return JSONResponse(_task(client, name))
+
+
+class NamedSchedule(ScheduleBody):
+    """A runtime task with its name, one item of a bulk create."""
+
+    name: str = Field(description="the task's name", examples=["report-42"])
+
+
+class Written(BaseModel):
+    """How many items a bulk create wrote."""
+
+    written: int
+
+
+@router.put("/tasks", response_model=Written, responses=ERROR_RESPONSES,
+            summary="Create or update many runtime tasks")
+def put_tasks(request: Request,
+              body: Annotated[list[NamedSchedule], Body(max_length=100_000)]) -> JSONResponse:
+    """``Client.schedule_many()``: each item as ``PUT /api/tasks/{name}`` takes it, plus its
+    ``name`` (a ``once <ISO 8601>`` schedule makes a one-off job), written in batches with
+    one statement each. Every item is checked first: 422 names the first bad one
+    (``item 3 ('r-3'): …``) and nothing is written then."""
+    client = client_of(request)
+    items = []
+    for index, item in enumerate(body):
+        try:
+            schedule = parse(item.schedule)
+        except ValueError as exc:
+            raise ValueError(f"item {index} ({item.name!r}): schedule: {exc}") from None
+        items.append(ScheduleItem(item.name, item.handler, schedule, item.data, **item.options))
+    written = client.schedule_many(items)
+    logger.info("%d tasks scheduled in bulk", written)
+    return JSONResponse({"written": written})
 
 
 @router.put("/tasks/{name:path}", response_model=ScheduledTask, responses=ERROR_RESPONSES,

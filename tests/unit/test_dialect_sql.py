@@ -38,7 +38,7 @@ from dbscheduler._store import (
     prune_beyond,
     prune_older,
 )
-from dbscheduler._store.alerts import Late, claim, late_rows
+from dbscheduler._store.alerts import PAGE, claim, late_rows
 from dbscheduler.client import Client
 from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.dialects import dialect_for, prepare_engine
@@ -409,12 +409,16 @@ def _workout(r: Rig) -> None:
     r.db.on(r"^DELETE FROM scheduled_tasks_runs WHERE \S+\.id IN", Reply(rowcount=2))
     assert next(prune_older(s, datetime(2031, 7, 7, tzinfo=timezone.utc), batch=50)) == 2
     assert next(prune_beyond(s, 1000, batch=50)) == 2
-    # Lateness: one query, then one conditional update per row that changes its episode.
+    # Lateness: one bounded query, then one conditional update per kind for its whole page.
     r.db.on(r"UNION ALL", Reply(["id", "kind"], [(7, 0), (8, 1), (9, 2)]))
     assert {x.kind for x in late_rows(s, timedelta(seconds=60.5))} == {
         "overdue", "dead", "recovered"}
+    if r.backend == "mssql":
+        r.db.on(r"^UPDATE scheduled_tasks SET alerted_at", Reply(["id"], [(7,)]))
+    else:
+        r.db.on(r"prev_last_started_at = ", Reply(["id", "ours"], [(7, 1)]))
     for kind in ("overdue", "dead", "recovered"):
-        assert claim(s, Late(7, kind), timedelta(seconds=60.5))  # type: ignore[arg-type]
+        assert claim(s, kind, [7, 8], timedelta(seconds=60.5)) == [7]  # type: ignore[arg-type]
 
 
 def _executed(db: FakeDB) -> list[Call]:
@@ -1010,13 +1014,38 @@ def test_pruning_deletes_by_id_at_most_a_batch_per_statement(rig: Rig) -> None:
 
 def test_the_lateness_check_is_one_union_of_index_reads(rig: Rig) -> None:
     rig.db.on(r"UNION ALL", Reply(["id", "kind"], []))
-    assert late_rows(rig.store, timedelta(seconds=90)) == []
+    assert late_rows(rig.store, timedelta(seconds=90), one_offs=False) == []
     call = rig.db.one(r"UNION ALL")
     text = " ".join(call.sql.split())
     assert text.count("UNION ALL") == 2, text
     assert "alerted_at IS NULL" in text and "alert_after IS NOT NULL" in text
     assert "coalesce(scheduled_tasks.last_success_at, scheduled_tasks.created_at) <" in text
     assert -90.0 in _param_values(call)
+    # A bounded page of each kind, the longest overdue first; one-off jobs left out.
+    limit = f"TOP {PAGE}" if rig.backend == "mssql" else "FETCH FIRST"
+    assert text.count(limit) == 3, text
+    assert "ORDER BY scheduled_tasks.next_process_at, scheduled_tasks.id" in text
+    assert "scheduled_tasks.schedule NOT LIKE" in text
+
+
+def test_a_lateness_claim_is_one_update_for_its_page(rig: Rig) -> None:
+    ids = list(range(1, PAGE + 1))
+    if rig.backend == "mssql":
+        rig.db.on(r"^UPDATE scheduled_tasks SET alerted_at", Reply(["id"], [(3,), (5,)]))
+    else:
+        rig.db.on(r"prev_last_started_at = ", Reply(["id", "ours"], [(3, 1), (5, 1)]))
+    assert claim(rig.store, "overdue", ids, timedelta(seconds=90)) == [3, 5]
+    (update,) = [c for c in _executed(rig.db) if c.sql.startswith("UPDATE")]
+    text = " ".join(update.sql.split())
+    assert "alerted_at IS NULL" in text and "locked_by IS NULL" in text
+    if rig.backend == "mssql":  # the rows it changed come back with it
+        assert "OUTPUT inserted.id" in text
+    else:  # a random marker, read back by a plain select
+        assert "prev_last_started_at=" in text.replace(" ", "")
+        read = rig.db.one(r"^SELECT .*prev_last_started_at = ")
+        assert "CASE WHEN" in read.sql
+    # Within Oracle's 1,000-item IN lists and SQL Server's 2,100 parameters.
+    assert len(_param_values(update)) < 1000
 def test_a_trigger_in_a_trace_stores_its_link_with_the_next_token(rig: Rig) -> None:
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     _trace_links.install(lambda: parent)
@@ -1029,3 +1058,40 @@ def test_a_trigger_in_a_trace_stores_its_link_with_the_next_token(rig: Rig) -> N
     concat = {"mssql": r"\+ CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR\(20\)\)",
               "oracle": r"\|\| CAST\(\S+\.total_attempt \+ \S+ AS VARCHAR2?\(20( CHAR)?\)\)"}
     assert re.search(r"trigger_link=\S+ " + concat[rig.backend], update.sql), update.sql
+
+
+def test_bulk_creation_is_two_statements_per_batch_each_sent_once_for_all_rows(
+    rig: Rig
+) -> None:
+    from dbscheduler._store.bulk import push_many, write_runtime_many
+    from dbscheduler.bulk import push_rows, runtime_rows
+
+    at = datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    rows = runtime_rows([("job-1", "mail", at, {"n": 1}), ("job-2", "mail", at, None),
+                         ("job-3", "mail", at, {"n": 3}, )], once=True)
+    rig.db.calls.clear()
+    write_runtime_many(rig.store, rows)
+    writes = [c for c in _executed(rig.db) if re.match(r"^(INSERT|UPDATE)", c.sql)]
+    assert [w.sql.split()[0] for w in writes] == ["INSERT", "UPDATE"], rig.db.sql()
+    insert, update = writes
+    assert "WHERE NOT (EXISTS" in insert.sql
+    if rig.backend == "mssql":
+        assert "WITH (UPDLOCK, HOLDLOCK)" in insert.sql
+    # Each statement once, with every row's values as parameter sets, nothing inlined.
+    assert isinstance(insert.params, list) and len(insert.params) == 3
+    assert isinstance(update.params, list) and len(update.params) == 3
+    for call in writes:
+        assert "job-" not in call.sql and "2031" not in call.sql
+        assert "job-2" in _param_values(call)
+    assert "CASE WHEN (scheduled_tasks.locked_by IS NULL)" in update.sql
+    # Pushes: the items in one statement, the keys' rows as above.
+    rig.db.calls.clear()
+    push_many(rig.store, push_rows([("ann", {"e": 1}, "digest"), ("ann", {"e": 2}, "digest"),
+                                    ("bob", None, "digest")]))
+    writes = [c for c in _executed(rig.db) if re.match(r"^(INSERT|UPDATE)", c.sql)]
+    assert [w.sql.split()[:3] for w in writes] == [
+        ["INSERT", "INTO", "scheduled_tasks_items"], ["INSERT", "INTO", "scheduled_tasks"],
+        ["UPDATE", "scheduled_tasks", "SET"]], rig.db.sql()
+    # SQLAlchemy may send the items as one multi-row VALUES: the values are there either way.
+    assert {'{"e": 1}', '{"e": 2}'} <= set(map(str, _param_values(writes[0])))
+    assert len(writes[1].params) == 2  # one row per key

@@ -44,7 +44,8 @@ def web_schema(migrated: tuple[str, str]) -> Iterator[schemathesis.BaseSchema]:
 
 
 ROUTES = {
-    ("/api/tasks", "get"), ("/api/tasks/pause", "post"), ("/api/tasks/resume", "post"),
+    ("/api/tasks", "get"), ("/api/tasks", "put"), ("/api/tasks/pause", "post"),
+    ("/api/tasks/resume", "post"),
     ("/api/tasks/trigger", "post"), ("/api/tasks/{name}/upcoming", "get"),
     ("/api/tasks/{name}/trigger", "post"), ("/api/tasks/{name}/pause", "post"),
     ("/api/tasks/{name}/resume", "post"), ("/api/tasks/{name}/cancel", "post"),
