@@ -37,12 +37,14 @@ def example_env(**extra: str) -> dict[str, str]:
 
 def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "quickstart.py"), "--seconds", "3"],
+        # 6 s: long enough for two runs of each task also when a loaded machine delays the
+        # start (with 3 s, a slow hour left one heartbeat).
+        [sys.executable, str(EXAMPLES / "quickstart.py"), "--seconds", "6"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, env=example_env(),
     )
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr
-    assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until 3 s\n")
+    assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until 6 s\n")
     assert re.search(r"^\d\d:\d\d:\d\d\.\d{3}  heartbeat      run #2$", out, re.M), out
     assert re.search(r"on-the-clock   cron fire for \d\d:\d\d:\d[02468]$", out, re.M), out
     assert "counter        count = 2 (stored in the row)" in out
