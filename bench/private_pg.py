@@ -1,4 +1,4 @@
-"""The benchmark's own PostgreSQL server: the test suite's throwaway server (tests/servers.py)
+"""The benchmark's own PostgreSQL server: the test suite's throwaway server (tests/servers/)
 with a production server's settings."""
 
 from __future__ import annotations

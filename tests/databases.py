@@ -150,8 +150,8 @@ def begin_run() -> None:
     first test that needs one starts it). Nested runs reuse their parent's."""
     if os.environ.get(RUN):
         return
-    directory = tempfile.mkdtemp(prefix="dbscheduler-tests-")
-    os.chmod(directory, 0o755)  # the servers' own users walk into it
+    # Named now, made by the first server: a run killed before it needs one leaves nothing.
+    directory = Path(tempfile.gettempdir()) / f"dbscheduler-tests-{uuid.uuid4().hex[:12]}"
     os.environ[RUN] = f"{os.getpid()} {directory}"
 
 
@@ -179,6 +179,8 @@ def private_server(backend: str) -> Found:
     """This run's private server for ``backend``: the first process to ask starts it (holding
     a lock in the run's directory), the others find it there."""
     owner, directory = _run()
+    directory.mkdir(exist_ok=True)
+    directory.chmod(0o755)  # the servers' own users walk into it
     state_file = directory / f"{backend}.json"
     with open(directory / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

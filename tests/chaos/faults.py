@@ -1,7 +1,7 @@
 """Faults the database side injects: cutting every scheduler connection, restarting the server,
 and a TCP proxy that can cut, refuse or black-hole the traffic of the nodes behind it.
 
-Only the run's private servers are restarted (see tests/servers.py), never one given by URL.
+Only the run's private servers are restarted (see tests/servers/), never one given by URL.
 Restarts always end with the server answering again (``finally``): the run's other tests use
 the same servers.
 """

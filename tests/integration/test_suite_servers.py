@@ -1,7 +1,7 @@
 """The suite's own database servers: private, restartable, and gone when their owner is.
 
 Run as root on a machine whose own PostgreSQL and MariaDB hold other people's data, the
-suite must neither write to those servers nor restart them (see tests/servers.py).
+suite must neither write to those servers nor restart them (see tests/servers/).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_missing_binaries_skip_with_the_command_that_installs_them(
     import tests.databases as databases
 
     monkeypatch.delenv("DBSCHEDULER_TEST_POSTGRESQL_URL", raising=False)
-    monkeypatch.setattr(databases.PrivatePostgres, "binaries", staticmethod(lambda: None))
+    monkeypatch.setattr(PrivatePostgres, "binaries", staticmethod(lambda: None))
     monkeypatch.setattr(databases, "_docker_answers", lambda: False)
     found = databases.find.__wrapped__("postgresql")
     assert found.url is None
