@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.chaos.faults import TcpProxy
-from tests.servers import PrivatePostgres, Unavailable, _give_to, throwaway
+from tests.servers import PrivatePostgres, Unavailable, throwaway
+from tests.servers.base import _give_to
 
 
 class PrivateStandby(PrivatePostgres):
