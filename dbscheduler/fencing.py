@@ -19,20 +19,23 @@ and a check of its lease in one transaction::
    fencing token, node and the pick's random claim) with its lease unexpired, and raises
    :class:`~dbscheduler.LeaseLost` otherwise (fail fast);
 3. runs the block;
-4. at the block's end, tightens the bounds (the final check's lock wait and run time, and
-   the idle time after it, to ``final`` seconds each) and checks again, now locking the row
-   for share, demanding that the lease run at least ``margin`` seconds past the database's
-   now, where ``margin`` is more than the final check and the idle time after it can last;
+4. at the block's end, tightens the bounds (the final check's lock wait, and the idle time
+   after it, to ``final`` seconds each) and checks again — one row by primary key — now
+   locking the row for share, demanding that the lease run at least ``margin`` seconds past
+   the database's now, where ``margin`` is more than the final check and the idle time after
+   it can last;
 5. commits.
 
 Why a COMMIT the server accepts comes within the lease: the final check saw the lease end
 after ``t + margin`` (``t`` the database clock at that statement's start). From then on the
 row is locked for share, so no other node's pick can take it. Either the COMMIT arrives
 within ``final`` seconds of the check's answer, which came within ``final`` seconds of its
-start, so before ``t + margin`` — inside the lease — or the server ends the session first,
-and nothing is committed. A freeze anywhere before the final check is caught by the check
-itself (the row moved on, or its lease is too short). A freeze inside the block does not
-hold the row at all: only the final check locks it, for at most ``2 × final`` seconds.
+start (a bounded lock wait and a primary-key read: the server's own time, which no client
+freeze stretches), so before ``t + margin`` — inside the lease — or the server ends the
+session first, and nothing is committed. A freeze anywhere before the final check is caught
+by the check itself (the row moved on, or its lease is too short). A freeze inside the block
+does not hold the row at all: only the final check locks it, for at most ``2 × final``
+seconds.
 
 Where the server cannot end an idle transaction on its own (SQLite, SQL Server, Oracle) a
 node frozen between the final check and COMMIT keeps the row locked until it resumes: no other

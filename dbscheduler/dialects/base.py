@@ -371,8 +371,9 @@ class Dialect(StatementCache):
         :attr:`fence_bounded`)."""
 
     def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
-        """Before the final check: bound that statement (its lock wait included) and the idle
-        time after it by ``bounds.final``."""
+        """Before the final check: bound its lock wait and the idle time after it by
+        ``bounds.final`` each (never the COMMIT: a synchronous commit must wait for its
+        standby)."""
 
     def commits_fenced(self, conn: Connection) -> bool:
         """The database on ``conn`` can run the final check and the COMMIT as one statement
