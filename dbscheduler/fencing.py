@@ -166,9 +166,19 @@ def _fenced_on(fence: Fence, conn: Connection) -> Iterator[Connection]:
         if dialect.commits_fenced(conn):
             with lost.on_error():
                 dialect.fence_final(conn, bounds)
-                _faultpoints.reached("fenced_commit")
+            sent = time.monotonic()
+            _faultpoints.reached("fenced_commit")
+            stalled = time.monotonic() - sent
+            try:
                 done = dialect.fence_commit(conn, table, fence.id, fence.token, fence.node_id,
                                             fence.claim, margin=margin)
+            except sa.exc.DBAPIError as exc:
+                # The statement holds the COMMIT: only a session the server had surely ended
+                # before it was sent (idle past its bound), or a lock it refused, says that
+                # nothing was committed. Otherwise its outcome is unknown: raised as is.
+                if dialect.fence_lock_refused(exc) or stalled > dialect.fence_idle(bounds):
+                    raise lost.refused(f"the server ended the transaction: {exc.orig}") from exc
+                raise
             if not done:
                 raise lost.refused(_AT_COMMIT.format(margin))
             tx.commit()  # the server committed already: this only ends the client's record
@@ -202,13 +212,13 @@ def _checked_commit(dialect: Dialect, conn: Connection, tx: sa.RootTransaction,
         raise lost.refused(_AT_COMMIT.format(margin))
     checked = time.monotonic()
     _faultpoints.reached("fenced_commit")
+    idle = time.monotonic() - checked
     try:
         tx.commit()
     except sa.exc.DBAPIError as exc:
-        idle = time.monotonic() - checked
-        # The session stayed idle past the bound the server ends it at, so the COMMIT
-        # arrived after the transaction had been rolled back. Any other failure of a COMMIT
-        # leaves its outcome unknown, as for any transaction: it is raised as is.
+        # The session stayed idle past the bound the server ends it at before the COMMIT was
+        # even sent, so it arrived after the transaction had been rolled back. Any other
+        # failure of a COMMIT leaves its outcome unknown, as for any transaction: raised as is.
         if dialect.fence_bounded and idle > bounds.final:
             raise lost.refused(f"the node stalled {idle:.2f} s before COMMIT; the server had "
                                "ended the transaction") from exc

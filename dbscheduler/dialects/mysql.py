@@ -219,6 +219,9 @@ class MySQLDialect(Dialect):
             return bounds.final + FENCE_SLACK
         return bounds.final + math.ceil(bounds.final) + FENCE_SLACK
 
+    def fence_idle(self, bounds: FenceBounds) -> float:
+        return max(1, math.ceil(bounds.idle))  # what fence_open sets
+
     def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
         saved = ", ".join(f"@dbscheduler_fence_{i} = @@session.{name}"
                           for i, name in enumerate(_fence_settings(conn)))
