@@ -19,20 +19,23 @@ and a check of its lease in one transaction::
    fencing token, node and the pick's random claim) with its lease unexpired, and raises
    :class:`~dbscheduler.LeaseLost` otherwise (fail fast);
 3. runs the block;
-4. at the block's end, tightens the bounds (the final check's lock wait and run time, and
-   the idle time after it, to ``final`` seconds each) and checks again, now locking the row
-   for share, demanding that the lease run at least ``margin`` seconds past the database's
-   now, where ``margin`` is more than the final check and the idle time after it can last;
+4. at the block's end, tightens the bounds (the final check's lock wait, and the idle time
+   after it, to ``final`` seconds each) and checks again — one row by primary key — now
+   locking the row for share, demanding that the lease run at least ``margin`` seconds past
+   the database's now, where ``margin`` is more than the final check and the idle time after
+   it can last;
 5. commits.
 
 Why a COMMIT the server accepts comes within the lease: the final check saw the lease end
 after ``t + margin`` (``t`` the database clock at that statement's start). From then on the
 row is locked for share, so no other node's pick can take it. Either the COMMIT arrives
 within ``final`` seconds of the check's answer, which came within ``final`` seconds of its
-start, so before ``t + margin`` — inside the lease — or the server ends the session first,
-and nothing is committed. A freeze anywhere before the final check is caught by the check
-itself (the row moved on, or its lease is too short). A freeze inside the block does not
-hold the row at all: only the final check locks it, for at most ``2 × final`` seconds.
+start (a bounded lock wait and a primary-key read: the server's own time, which no client
+freeze stretches), so before ``t + margin`` — inside the lease — or the server ends the
+session first, and nothing is committed. A freeze anywhere before the final check is caught
+by the check itself (the row moved on, or its lease is too short). A freeze inside the block
+does not hold the row at all: only the final check locks it, for at most ``2 × final``
+seconds.
 
 Where the server cannot end an idle transaction on its own (SQLite, SQL Server, Oracle) a
 node frozen between the final check and COMMIT keeps the row locked until it resumes: no other
@@ -42,6 +45,7 @@ the lease's end and other nodes wait for it. See the fenced transactions guide.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator
@@ -136,7 +140,7 @@ def _fenced_on(fence: Fence, conn: Connection) -> Iterator[Connection]:
             "roll it back first (the fenced transaction must contain the lease check)"
         )
     dialect = dialect_for(conn.engine)
-    table = make_table(fence.table)
+    table = _table(fence.table)
     bounds = bounds_for(fence.lease)
     margin = dialect.fence_margin(conn, bounds)
     if margin > fence.lease / 2:
@@ -163,9 +167,19 @@ def _fenced_on(fence: Fence, conn: Connection) -> Iterator[Connection]:
         if dialect.commits_fenced(conn):
             with lost.on_error():
                 dialect.fence_final(conn, bounds)
-                _faultpoints.reached("fenced_commit")
+            sent = time.monotonic()
+            _faultpoints.reached("fenced_commit")
+            stalled = time.monotonic() - sent
+            try:
                 done = dialect.fence_commit(conn, table, fence.id, fence.token, fence.node_id,
                                             fence.claim, margin=margin)
+            except sa.exc.DBAPIError as exc:
+                # The statement holds the COMMIT: only a session the server had surely ended
+                # before it was sent (idle past its bound), or a lock it refused, says that
+                # nothing was committed. Otherwise its outcome is unknown: raised as is.
+                if dialect.fence_lock_refused(exc) or stalled > dialect.fence_idle(bounds):
+                    raise lost.refused(f"the server ended the transaction: {exc.orig}") from exc
+                raise
             if not done:
                 raise lost.refused(_AT_COMMIT.format(margin))
             tx.commit()  # the server committed already: this only ends the client's record
@@ -184,6 +198,13 @@ def _fenced_on(fence: Fence, conn: Connection) -> Iterator[Connection]:
         dialect.fence_close(conn)
 
 
+@functools.lru_cache(maxsize=64)
+def _table(name: str) -> sa.Table:
+    """The scheduler table ``name``, built once: building it costs milliseconds, and the
+    statements of every fenced transaction on one table object share their compiled form."""
+    return make_table(name)
+
+
 _AT_COMMIT = ("at commit the row was no longer this execution's, or its lease ended within "
               "{:.2f} s")
 
@@ -199,13 +220,13 @@ def _checked_commit(dialect: Dialect, conn: Connection, tx: sa.RootTransaction,
         raise lost.refused(_AT_COMMIT.format(margin))
     checked = time.monotonic()
     _faultpoints.reached("fenced_commit")
+    idle = time.monotonic() - checked
     try:
         tx.commit()
     except sa.exc.DBAPIError as exc:
-        idle = time.monotonic() - checked
-        # The session stayed idle past the bound the server ends it at, so the COMMIT
-        # arrived after the transaction had been rolled back. Any other failure of a COMMIT
-        # leaves its outcome unknown, as for any transaction: it is raised as is.
+        # The session stayed idle past the bound the server ends it at before the COMMIT was
+        # even sent, so it arrived after the transaction had been rolled back. Any other
+        # failure of a COMMIT leaves its outcome unknown, as for any transaction: raised as is.
         if dialect.fence_bounded and idle > bounds.final:
             raise lost.refused(f"the node stalled {idle:.2f} s before COMMIT; the server had "
                                "ended the transaction") from exc

@@ -471,14 +471,20 @@ class Dialect(StatementCache):
         ends the transaction, so a COMMIT that is still accepted comes within the lease."""
         return 2 * bounds.final + FENCE_SLACK
 
+    def fence_idle(self, bounds: FenceBounds) -> float:
+        """Seconds after which the server surely ended a fenced transaction left idle before
+        its final check (``inf`` where it cannot)."""
+        return bounds.idle if self.fence_bounded else float("inf")
+
     def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
         """Bound the fenced transaction just begun on ``conn``: ended by the server when idle
         longer than ``bounds.idle``. Nothing where the database cannot (see
         :attr:`fence_bounded`)."""
 
     def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
-        """Before the final check: bound that statement (its lock wait included) and the idle
-        time after it by ``bounds.final``."""
+        """Before the final check: bound its lock wait and the idle time after it by
+        ``bounds.final`` each (never the COMMIT: a synchronous commit must wait for its
+        standby)."""
 
     def commits_fenced(self, conn: Connection) -> bool:
         """The database on ``conn`` can run the final check and the COMMIT as one statement

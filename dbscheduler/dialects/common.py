@@ -123,8 +123,8 @@ timers fire a little late, and the COMMIT takes its own time to arrive."""
 @dataclass(frozen=True)
 class FenceBounds:
     """How long the server lets a fenced transaction sit idle (``idle`` seconds, from its
-    start to its final check) and how long the final check and the idle time after it may
-    each last (``final`` seconds) before it ends the transaction.
+    start to its final check) and how long the final check may wait for a lock and the idle
+    time after it may last (``final`` seconds each) before it ends the transaction.
 
     >>> FenceBounds(idle=2.0, final=0.3).final
     0.3

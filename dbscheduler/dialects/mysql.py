@@ -15,6 +15,7 @@ Timestamps are ``DATETIME(6)`` holding UTC, compared against ``UTC_TIMESTAMP(6)`
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -297,6 +298,9 @@ class MySQLDialect(Dialect):
             return bounds.final + FENCE_SLACK
         return bounds.final + math.ceil(bounds.final) + FENCE_SLACK
 
+    def fence_idle(self, bounds: FenceBounds) -> float:
+        return max(1, math.ceil(bounds.idle))  # what fence_open sets
+
     def fence_open(self, conn: Connection, bounds: FenceBounds) -> None:
         saved = ", ".join(f"@dbscheduler_fence_{i} = @@session.{name}"
                           for i, name in enumerate(_fence_settings(conn)))
@@ -330,15 +334,12 @@ class MySQLDialect(Dialect):
     ) -> bool:
         # An anonymous compound statement (MariaDB ≥ 10.1): the server checks and commits, or
         # rolls back and signals, without waiting for the client in between.
-        t = table
-        check = (sa.select(t.c.id).where(*fence_conditions(t, id_, token, node_id, claim, margin))
-                 .with_for_update(read=True))
-        compiled = check.compile(dialect=conn.dialect)
-        sql = (f"BEGIN NOT ATOMIC IF EXISTS ({compiled}) THEN COMMIT; ELSE ROLLBACK; "
-               f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{FENCE_REFUSED}'; END IF; END")
+        sql = _check_and_commit(table, conn.dialect, claim is not None)
+        params = {"f_id": id_, "f_token": token, "f_node": node_id, "f_claim": claim,
+                  "f_margin": margin}
         for tried in range(1, FENCE_TRIES + 1):
             try:
-                conn.exec_driver_sql(sql, compiled.params)
+                conn.exec_driver_sql(sql, params)
                 return True
             except sa.exc.OperationalError as exc:
                 orig = driver_error(exc)
@@ -419,6 +420,23 @@ class MySQLDialect(Dialect):
             return ConnectProblem("starting", f"the server does not accept connections yet: "
                                               f"{text}")
         return None
+
+
+@functools.lru_cache(maxsize=32)
+def _check_and_commit(table: sa.Table, dialect: sa.Dialect, with_claim: bool) -> str:
+    """The text of MariaDB's one-statement final check and COMMIT (parameters ``f_id``,
+    ``f_token``, ``f_node``, ``f_claim``, ``f_margin``), compiled once per table and engine."""
+    t, b = table, sa.bindparam
+    conditions = [t.c.id == b("f_id", type_=t.c.id.type),
+                  t.c.total_attempt == b("f_token", type_=t.c.total_attempt.type),
+                  t.c.locked_by == b("f_node", type_=t.c.locked_by.type),
+                  t.c.next_process_at > db_now_plus(b("f_margin", type_=sa.Float()))]
+    if with_claim:
+        conditions.append(t.c.claim == b("f_claim", type_=t.c.claim.type))
+    check = sa.select(t.c.id).where(*conditions).with_for_update(read=True)
+    compiled = check.compile(dialect=dialect)
+    return (f"BEGIN NOT ATOMIC IF EXISTS ({compiled}) THEN COMMIT; ELSE ROLLBACK; "
+            f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{FENCE_REFUSED}'; END IF; END")
 
 
 def _is_mariadb(conn: Connection) -> bool:

@@ -43,9 +43,9 @@ from .pg_sessions import ServerWatch, session_settings, watch_of
 from .sessions import postgresql_options_names
 from .types import FalseDefault
 
-FENCE_ENDED_SQLSTATES = frozenset({"25P03", "55P03", "57014"})
-"""idle_in_transaction_session_timeout, lock_not_available (lock_timeout), query_canceled
-(statement_timeout): a fenced transaction ended by the bounds it set itself."""
+FENCE_ENDED_SQLSTATES = frozenset({"25P03", "55P03"})
+"""idle_in_transaction_session_timeout, lock_not_available (lock_timeout): a fenced
+transaction ended by the bounds it set itself."""
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 """deadlock_detected, serialization_failure."""
 UNDEFINED_TABLE = "42P01"
@@ -430,11 +430,13 @@ class PostgreSQLDialect(Dialect):
         conn.execute(sa.select(_set_local("idle_in_transaction_session_timeout", bounds.idle)))
 
     def fence_final(self, conn: Connection, bounds: FenceBounds) -> None:
-        # From here on the check may wait for a lock, run, and sit idle before COMMIT for at
-        # most bounds.final each; a frozen node's session is then ended by the server, its
-        # share lock with it, before the margin the check demanded has run out.
+        # From here on the check may wait for a lock, and sit idle before COMMIT, for at most
+        # bounds.final each; a frozen node's session is then ended by the server, its share
+        # lock with it, before the margin the check demanded has run out. No
+        # statement_timeout: it would also cut the COMMIT's wait for a synchronous standby
+        # short (PostgreSQL then keeps the commit local and only warns).
         conn.execute(sa.select(*(_set_local(name, bounds.final) for name in (
-            "lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout"))))
+            "lock_timeout", "idle_in_transaction_session_timeout"))))
 
     def fence_ended(self, exc: BaseException) -> bool:
         orig = driver_error(exc)

@@ -137,20 +137,24 @@ def fenced_freeze(env: Env, engine: str) -> Report:
         report.faults["freeze"] += len(points)
 
         # The thaw: every zombie is refused, and nothing of theirs is in the business table.
+        # The execution each node froze in is its last start before the freeze (on a loaded
+        # machine a first one may have lost its lease, and been refused, before it).
+        zombie = {p: _token_at(events, p, frozen[p]) for p in points}
         for point in points:
             nodes.sigcont(point)
         try:
-            nodes.wait_for(lambda ev: all(_ended(ev, p) for p in points), 2 * LEASE + 10,
+            nodes.wait_for(lambda ev: all(_ended(ev, p, zombie[p]) for p in points),
+                           2 * LEASE + 10,
                            "every thawed node's fenced transaction ends")
         except AssertionError as exc:
             report.problem("thaw", str(exc))
         events = nodes.events()
         for point in points:
-            outcome = _ended(events, point)
+            outcome = _ended(events, point, zombie[point])
             if outcome is None or outcome["event"] != "fence_refused":
                 report.problem("not refused", f"{point}: {outcome} "
                                f"{nodes.stderr(point)[-1500:]}")
-        zombies = {(p, _task(p), _first_token(events, p)) for p in points}
+        zombies = {(p, _task(p), zombie[p]) for p in points}
         with db.connect() as conn:
             written = set(conn.execute(sa.select(fx.c.node, fx.c.task, fx.c.token)).all())
         for row in sorted(zombies & {tuple(r) for r in written}):
@@ -178,9 +182,15 @@ def _first_token(events: Events, node: str) -> int | None:
                  and e["event"] == "start"), None)
 
 
-def _ended(events: Events, node: str) -> dict[str, object] | None:
-    """The frozen node's first fenced outcome: refused, written, or an error."""
-    return next((e for e in events if e["node"] == node
+def _token_at(events: Events, node: str, at: float) -> int | None:
+    starts = [int(e["token"]) for e in events if e["node"] == node and e["event"] == "start"
+              and e["t"] <= at]
+    return starts[-1] if starts else None
+
+
+def _ended(events: Events, node: str, token: int | None) -> dict[str, object] | None:
+    """The fenced outcome of ``node``'s execution ``token``: refused, written, or an error."""
+    return next((e for e in events if e["node"] == node and e.get("token") == token
                  and e["event"] in ("fence_refused", "fenced", "fence_error")), None)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy.dialects import mssql, mysql, oracle, postgresql
@@ -152,3 +153,31 @@ def _values(params: object) -> list[object]:
 
 _SA_DIALECTS = {"postgresql": postgresql.dialect, "mysql": mysql.dialect,
                 "mssql": mssql.dialect, "oracle": oracle.dialect}
+
+
+def test_the_fence_margin_of_each_server_and_a_lease_too_short_for_it() -> None:
+    # MySQL bounds an idle session in whole seconds only: its final check needs a second more
+    # of lease than PostgreSQL's; MariaDB checks and commits in one statement and needs least.
+    from types import SimpleNamespace
+
+    import sqlalchemy as sa
+
+    from dbscheduler.dialects.mysql import MySQLDialect
+    from dbscheduler.dialects.postgresql import PostgreSQLDialect
+    from dbscheduler.fencing import Fence, _fenced_on, bounds_for
+
+    def server(mariadb: bool) -> Any:
+        return SimpleNamespace(dialect=SimpleNamespace(is_mariadb=mariadb))
+
+    bounds = bounds_for(2.0)
+    assert bounds.final == pytest.approx(0.2)
+    assert PostgreSQLDialect().fence_margin(server(False), bounds) == pytest.approx(0.45)
+    assert MySQLDialect().fence_margin(server(True), bounds) == pytest.approx(0.25)
+    assert MySQLDialect().fence_margin(server(False), bounds) == pytest.approx(1.25)
+
+    engine = sa.create_engine("mysql+pymysql://app@127.0.0.1:1/app")  # never connected
+    conn = SimpleNamespace(engine=engine, dialect=SimpleNamespace(is_mariadb=False),
+                           in_transaction=lambda: False)
+    with pytest.raises(ValueError, match=r"lease of 2 s is too short .* at least 3 s"), \
+            _fenced_on(Fence(TABLE, 7, 12, NODE, "pay", lease=2.0), conn):  # type: ignore[arg-type]
+        pass
