@@ -33,7 +33,7 @@ from tests.helpers import running
 from tests.unit.test_cli import invoke
 
 DELAY = FixedDelay(0.2)
-WINDOW = 3.0
+WINDOW = 3.5
 """How long the node runs with the corrupted rows (then the schedule is fixed)."""
 NOT_JSON = "{not json"
 ZERO_DATE = "0000-00-00 00:00:00"
@@ -210,10 +210,16 @@ def _fails_alone(o: Outcome, name: str, column: str, reason: str) -> None:
     episode = o.logged.get(name, [])
     assert len(episode) == 1 and f"column {column}" in episode[0], episode
     for healthy in HEALTHY:
-        # 0.2 s apart over 3 s: 15 on an idle machine; 5 leaves room for a loaded one.
-        assert o.runs[healthy] >= 5, o.runs
+        _kept_running(o, healthy)
         assert o.final[healthy].last_status == "success"
         assert healthy not in o.logged, o.logged
+
+
+def _kept_running(o: Outcome, healthy: str) -> None:
+    # 0.2 s apart over 3.5 s: 17 on an idle machine, half that for the one sharing a group
+    # limit of 1; 4 in a slow hour of the shared test machine. A node stopped by the
+    # corrupted rows (what the old code did) runs none.
+    assert o.runs[healthy] >= 3, o.runs
 
 
 def test_an_unreadable_schedule_fails_alone_and_resumes_once_fixed(outcome: Outcome) -> None:
@@ -282,7 +288,7 @@ def _fails_once_then_runs(o: Outcome, name: str, column: str) -> None:
     episode = o.logged.get(name, [])
     assert len(episode) == 1 and f"column {column}" in episode[0], episode
     for healthy in HEALTHY:
-        assert o.runs[healthy] >= 5, o.runs
+        _kept_running(o, healthy)
 
 
 def test_a_handler_no_node_has_waits_without_a_pick_and_is_marked(outcome: Outcome) -> None:
@@ -296,7 +302,7 @@ def test_a_handler_no_node_has_waits_without_a_pick_and_is_marked(outcome: Outco
     late = info.next_process_at + UNRUN_AFTER + timedelta(seconds=1)
     assert "unknown: no node ran it" in str(handler_text(info, late))
     for healthy in HEALTHY:
-        assert outcome.runs[healthy] >= 5, outcome.runs
+        _kept_running(outcome, healthy)
 
 
 def test_postgresql_reads_infinite_timestamps_instead_of_failing(tmp_path: Path) -> None:
