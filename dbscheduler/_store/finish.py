@@ -34,9 +34,9 @@ from ..dialects import db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
-from .batches import queued_due, queued_guards
+from .batches import queued_due, queued_guards, removed_all
 from .finish_values import write_joined, write_values
-from .history import RunRecord, forget, insert_from, log_first, run_values
+from .history import RunRecord, forget, insert_from, log_first, run_values, settle_success
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -126,11 +126,18 @@ def finish_batch(
         writes = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
     unsure = [w for w in writes if w.id not in landed]
     stale = _not_landed(store, unsure) if unsure else []
-    first = [w.run for w in stale if w.run is not None]
-    if first and store.history and not store.dialect.update_from_values:
-        # Their run rows were written before the finish, which did not land.
+    # A delivery that removed its items under its lease delivered them, although its finish
+    # came too late: its run row says so, not "lost".
+    delivered = [w.run for w in stale if w.keyed and w.status == "success" and w.run is not None
+                 and removed_all(store, w.run.name, w.token, node_id, w.run.started_at)]
+    first = [w.run for w in stale if w.run is not None and w.run not in delivered]
+    if store.history and (delivered or (first and not store.dialect.update_from_values)):
         with store.autocommit() as conn:
-            forget(store, conn, first)
+            for run in delivered:
+                settle_success(store, conn, run)
+            if not store.dialect.update_from_values:
+                # Their run rows were written before the finish, which did not land.
+                forget(store, conn, first)
     return now, stale
 
 
