@@ -49,6 +49,10 @@ log = engine_log("dbscheduler.store")
 _CHUNK = 500
 """Rows per statement where a statement names rows one by one (read-backs)."""
 
+LOST_ANSWER_RETRIES = 3
+"""Writes of a batch whose connection died, each after reading back what landed, before the
+finisher's slower retries take over (connections cut again and again)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class FinishWrite:
@@ -108,16 +112,18 @@ def finish_batch(
         landed.update(confirmed)
 
     try:
-        try:
-            store.retrying("finish", attempt)
-        except sa.exc.DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # The connection died with the answer: read back at once, on a new connection,
-            # what landed (before the rows move on and before the heartbeat, kept for them
-            # while the finish is retried, calls a landed one's lease lost); write the rest.
-            _settle_lost_answer(store, writes, landed, exc)
-            store.retrying("finish", attempt)
+        for tries in range(1, LOST_ANSWER_RETRIES + 1):
+            try:
+                store.retrying("finish", attempt)
+                break
+            except sa.exc.DBAPIError as exc:
+                if not exc.connection_invalidated or tries == LOST_ANSWER_RETRIES:
+                    raise
+                # The connection died with the answer: read back at once, on a new
+                # connection, what landed (before the rows move on, and before the heartbeat,
+                # kept for them while the finisher retries later, calls a landed one's lease
+                # lost); write the rest.
+                _settle_lost_answer(store, writes, landed, exc)
     except Exception as exc:
         if not refused(store, exc):
             raise
