@@ -19,6 +19,7 @@ process that sends it stops for any length of time right before or after it:
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -308,7 +309,38 @@ def remove_delivered(
                 _faultpoints.reached("delivered")
         except sa.exc.DBAPIError as exc:
             removed += _settle_removed(store, name, chunk, delete, exc)
+    if ids and removed == len(ids):
+        _remember(store, (name, token, node_id, to_utc(picked_at)))
     return removed
+
+
+_DelivererKey = tuple[str, int, str, "datetime | None"]
+_DELIVERED: weakref.WeakKeyDictionary[StoreBase, dict[_DelivererKey, None]] = (
+    weakref.WeakKeyDictionary())
+_DELIVERED_KEPT = 10_000
+"""Deliveries remembered per store: far more than can wait for their finish at once."""
+
+
+_delivered_lock = threading.Lock()
+
+
+def _remember(store: StoreBase, key: _DelivererKey) -> None:
+    with _delivered_lock:
+        kept = _DELIVERED.setdefault(store, {})
+        kept[key] = None
+        while len(kept) > _DELIVERED_KEPT:  # the oldest first (dicts keep insertion order)
+            del kept[next(iter(kept))]
+
+
+def removed_all(store: StoreBase, name: str, token: int, node_id: str,
+                picked_at: datetime) -> bool:
+    """Whether the delivery ``(name, token)`` of ``node_id`` picked at ``picked_at`` removed
+    every item it delivered, fenced by its lease (it is forgotten by this call): such a
+    delivery succeeded whatever happens to its finish afterwards."""
+    key = (name, token, node_id, to_utc(picked_at))
+    with _delivered_lock:
+        kept = _DELIVERED.get(store)
+        return kept is not None and kept.pop(key, False) is None
 
 
 def _settle_removed(store: StoreBase, name: str, chunk: list[int], delete: sa.Delete,

@@ -34,9 +34,9 @@ from ..dialects import db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
-from .batches import queued_due, queued_guards
+from .batches import queued_due, queued_guards, removed_all
 from .finish_values import write_joined, write_values
-from .history import RunRecord, forget, insert_from, log_first, run_values
+from .history import RunRecord, forget, insert_from, log_first, run_values, settle_success
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -48,6 +48,10 @@ log = engine_log("dbscheduler.store")
 
 _CHUNK = 500
 """Rows per statement where a statement names rows one by one (read-backs)."""
+
+LOST_ANSWER_RETRIES = 3
+"""Writes of a batch whose connection died, each after reading back what landed, before the
+finisher's slower retries take over (connections cut again and again)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +112,18 @@ def finish_batch(
         landed.update(confirmed)
 
     try:
-        try:
-            store.retrying("finish", attempt)
-        except sa.exc.DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # The connection died with the answer: read back at once, on a new connection,
-            # what landed (before the rows move on and before the heartbeat, kept for them
-            # while the finish is retried, calls a landed one's lease lost); write the rest.
-            _settle_lost_answer(store, writes, landed, exc)
-            store.retrying("finish", attempt)
+        for tries in range(1, LOST_ANSWER_RETRIES + 1):
+            try:
+                store.retrying("finish", attempt)
+                break
+            except sa.exc.DBAPIError as exc:
+                if not exc.connection_invalidated or tries == LOST_ANSWER_RETRIES:
+                    raise
+                # The connection died with the answer: read back at once, on a new
+                # connection, what landed (before the rows move on, and before the heartbeat,
+                # kept for them while the finisher retries later, calls a landed one's lease
+                # lost); write the rest.
+                _settle_lost_answer(store, writes, landed, exc)
     except Exception as exc:
         if not refused(store, exc):
             raise
@@ -126,11 +132,18 @@ def finish_batch(
         writes = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
     unsure = [w for w in writes if w.id not in landed]
     stale = _not_landed(store, unsure) if unsure else []
-    first = [w.run for w in stale if w.run is not None]
-    if first and store.history and not store.dialect.update_from_values:
-        # Their run rows were written before the finish, which did not land.
+    # A delivery that removed its items under its lease delivered them, although its finish
+    # came too late: its run row says so, not "lost".
+    delivered = [w.run for w in stale if w.keyed and w.status == "success" and w.run is not None
+                 and removed_all(store, w.run.name, w.token, node_id, w.run.started_at)]
+    first = [w.run for w in stale if w.run is not None and w.run not in delivered]
+    if store.history and (delivered or (first and not store.dialect.update_from_values)):
         with store.autocommit() as conn:
-            forget(store, conn, first)
+            for run in delivered:
+                settle_success(store, conn, run)
+            if not store.dialect.update_from_values:
+                # Their run rows were written before the finish, which did not land.
+                forget(store, conn, first)
     return now, stale
 
 

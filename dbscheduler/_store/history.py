@@ -47,6 +47,7 @@ __all__ = [
     "run_params",
     "run_values",
     "select_runs",
+    "settle_success",
     "write_tracebacks",
 ]
 
@@ -165,6 +166,22 @@ def log_first(
             .where(_key(store, run), runs.c.status != "lost")
             .values(status=status, error=error, finished_at=db_now())
         )
+
+
+def settle_success(store: StoreBase, conn: Connection, run: RunRecord) -> None:
+    """Make ``run``'s row a success, whatever it says (``lost``, written by the node that took
+    the task over), or write it: an execution whose effect is known to have committed under
+    its lease (a delivery that removed its items) although its finish was refused."""
+    runs = store.runs_table
+    settled = sa.update(runs).where(_key(store, run)).values(
+        status="success", error=None, finished_at=db_now())
+    if conn.execute(settled).rowcount:
+        return
+    columns, values = run_values(store, run, "success", None)
+    try:
+        conn.execute(sa.insert(runs).from_select(columns, sa.select(*values)))
+    except sa.exc.IntegrityError:  # written meanwhile by the node that took the task over
+        conn.execute(settled)
 
 
 def forget(store: StoreBase, conn: Connection, runs: Sequence[RunRecord]) -> None:

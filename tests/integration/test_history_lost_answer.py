@@ -25,6 +25,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from dbscheduler import FixedDelay, Outcome, Scheduler, TaskContext, _faultpoints
 from dbscheduler._store import FinishWrite, RunRecord, Store
+from dbscheduler._store.batches import read_items, remove_delivered
+from dbscheduler.batches import push
 from dbscheduler.context import Status
 from dbscheduler.dialects.types import to_utc
 from tests.harness.inprocess import seed
@@ -345,5 +347,41 @@ def test_a_finish_that_never_landed_read_back_two_picks_later_is_refused(
         assert _finish(store, "node-a", mine) == [mine], "a finish that never landed is refused"
         key = ("t", mine.token, to_utc(mine.run.started_at))
         assert _runs(url, table)[key] == [("lost", "node-a")], "its one run row is the lost one"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql", "sqlite"])
+def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_too_late(
+        migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    engine = sa.create_engine(url)
+    try:
+        store = Store(engine, table)
+        push(store, "k", 1, handler="digest")
+        t = store.table
+        with store.autocommit() as conn:
+            conn.execute(sa.update(t).values(
+                next_process_at=store.db_now() - timedelta(seconds=1)))
+        (row,) = store.pick("node-a", 1, LEASE, ["digest"]).rows
+        name, token = str(row["queue_name"]), int(row["total_attempt"])
+        started = row["last_started_at"]
+        ids = [i for i, _ in read_items(store, name, started)]
+        assert remove_delivered(store, name, token, "node-a", started, ids) == 1
+        # The items are delivered and removed; then node-a stalls past its lease, and node-b
+        # takes the key over and records the execution lost before node-a's finish comes.
+        with store.autocommit() as conn:
+            conn.execute(sa.update(t).values(
+                next_process_at=store.db_now() - timedelta(seconds=1)))
+        (taken,) = store.pick("node-b", 1, LEASE, ["digest"]).rows
+        run = RunRecord(name, token, 1, "node-a", started, started)
+        assert store.record_lost("node-b", int(taken["id"]), int(taken["total_attempt"]), 1,
+                                 "node node-a vanished", run)
+        now = store.db_now()
+        late = FinishWrite(int(row["id"]), token, "success", now, 0, now, delete=True, run=run,
+                           keyed=True)
+        assert _finish(store, "node-a", late) == [late], "its finish is refused"
+        assert _runs(url, table)[(name, token, to_utc(started))] == [("success", "node-a")], (
+            "the delivery delivered its items: its run row says success, not lost")
     finally:
         engine.dispose()

@@ -39,6 +39,7 @@ from dbscheduler._store import (
     prune_older,
 )
 from dbscheduler._store.alerts import PAGE, claim, late_rows
+from dbscheduler._store.history import settle_success
 from dbscheduler.client import Client
 from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.dialects import dialect_for, prepare_engine
@@ -963,6 +964,42 @@ def test_a_finish_that_did_not_land_takes_its_run_row_back(rig: Rig) -> None:
                      r"token = \S+ AND scheduled_tasks_runs\.started_at = \S+ AND "
                      r"scheduled_tasks_runs\.status != \S+$", " ".join(delete.sql.split()))
     assert {NAMES[0], 12, "lost"} <= set(_param_values(delete))
+
+
+def test_a_finish_read_back_two_picks_later_is_settled_by_its_run_row(rig: Rig) -> None:
+    # The finish's answer was lost and the row moved on by two picks before the node could
+    # look: its own run row (not lost) says it landed, so it is kept and nothing is refused.
+    rig.db.on(r"^UPDATE scheduled_tasks SET .*last_finished_at=", Reply(rowcount=0))
+    rig.db.on(r"^SELECT \S+\.id, \S+\.total_attempt, \S+\.locked_by, \S+\.prev_locked_by",
+              Reply(["id", "total_attempt", "locked_by", "prev_locked_by"],
+                    [(7, 14, OTHER_NODE, OTHER_NODE)]))
+    rig.db.on(r"^SELECT \S+\.task_name, \S+\.token, \S+\.started_at, \S+\.status",
+              Reply(["task_name", "token", "started_at", "status"],
+                    [(NAMES[0], 12, STARTED.replace(tzinfo=None), "success")]))
+    _finish_one(rig)
+    read = rig.db.one(r"^SELECT \S+\.task_name, \S+\.token, \S+\.started_at, \S+\.status")
+    assert re.search(r"FROM scheduled_tasks_runs\s+WHERE scheduled_tasks_runs\.task_name IN "
+                     r".* AND scheduled_tasks_runs\.token IN", read.sql), read.sql
+    assert {NAMES[0], 12} <= set(_param_values(read))
+    assert not rig.db.find(r"^DELETE FROM scheduled_tasks_runs"), "its run row stays"
+
+
+def test_a_delivered_batch_makes_its_run_row_a_success(rig: Rig) -> None:
+    # A delivery that removed its items under its lease, whose finish came after it: the run
+    # row the node that took the key over wrote (lost) becomes a success, or is written.
+    rig.db.on(r"^UPDATE scheduled_tasks_runs SET", Reply(rowcount=0))
+    run = RunRecord(NAMES[0], 12, 1, NODE, STARTED, STARTED)
+    with rig.store.autocommit() as conn:
+        settle_success(rig.store, conn, run)
+    update = rig.db.one(r"^UPDATE scheduled_tasks_runs SET")
+    text = " ".join(update.sql.split())
+    assert re.search(r"SET (?=.*\bstatus=)(?=.*\berror=)(?=.*\bfinished_at=).* WHERE "
+                     r"scheduled_tasks_runs\.task_name = \S+ AND scheduled_tasks_runs\.token = "
+                     r"\S+ AND scheduled_tasks_runs\.started_at = \S+$", text), text
+    insert = rig.db.one(r"^INSERT INTO scheduled_tasks_runs")
+    assert re.search(r"\) SELECT .*" + (" FROM DUAL$" if rig.backend == "oracle" else ""),
+                     " ".join(insert.sql.split())), insert.sql
+    assert {NAMES[0], 12, NODE, "success"} <= set(_param_values(insert))
 
 
 def test_a_lost_execution_gets_its_row_from_the_node_that_found_it(rig: Rig) -> None:
