@@ -7,7 +7,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from dbscheduler._poller import GATHER_WAIT, Poller
+from dbscheduler._poller import FINISH_BACKLOG, GATHER_WAIT, Poller
 
 
 def _poller(max_workers: int) -> Poller:
@@ -50,3 +50,21 @@ def test_enough_workers_freed_during_the_wait_end_it_at_once() -> None:
 
 def test_a_node_with_one_worker_never_waits() -> None:
     assert _poller(1)._gather(1) == 0
+
+
+def _with(free: int, backlog: int, max_workers: int = 32) -> Poller:
+    unused: Any = None
+    return Poller(store=unused, node_id="n", lease=timedelta(seconds=30),
+                  poll_interval=timedelta(seconds=5), tasks=unused,
+                  executor=SimpleNamespace(max_workers=max_workers, free=free),  # type: ignore[arg-type]
+                  heartbeat=unused, listeners=unused, wakeup=unused, clock=unused,
+                  finisher=SimpleNamespace(backlog=backlog))  # type: ignore[arg-type]
+
+
+def test_a_node_picks_no_faster_than_it_writes_its_finishes() -> None:
+    # Free workers take rows while few finishes wait; as the unwritten finishes near
+    # FINISH_BACKLOG times the workers, the pick takes fewer, then none: the leases a node
+    # holds stay within what it can finish before they expire.
+    assert _with(free=32, backlog=0)._room() == 32
+    assert _with(free=32, backlog=FINISH_BACKLOG * 32 - 5)._room() == 5
+    assert _with(free=32, backlog=FINISH_BACKLOG * 32 + 40)._room() <= 0
