@@ -38,6 +38,8 @@ DEFAULT_URLS = (
 def kind(sql: str) -> str:
     """What an engine statement is, from its text."""
     text = " ".join(sql.split()).lower()
+    # MariaDB's pick update carries a per-statement setting: SET STATEMENT x=1 FOR UPDATE …
+    text = re.sub(r"^set statement .*? for (?=update )", "", text)
     if text.startswith(("begin", "commit", "rollback", "savepoint", "release")):
         return "transaction control"
     if "set isolation" in text or text.startswith(("set ", "show ")):
@@ -50,6 +52,8 @@ def kind(sql: str) -> str:
         return "pick"
     if text.startswith("select") and "claim =" in text:
         return "pick: read back"
+    if text.startswith("select") and text.endswith("for update skip locked"):
+        return "pick: choose ids"
     if "heartbeat_at" in text and text.startswith("update") and "claim" not in text:
         return "heartbeat"
     if "last_finished_at" in text and ("update" in text or "delete" in text):

@@ -67,6 +67,11 @@ class Finisher:
             self._unwritten[(ended.execution.id, ended.execution.token)] = ended.execution
         self._queue.put(ended)
 
+    @property
+    def backlog(self) -> int:
+        """How many ended executions wait for their finish to be written (or given up)."""
+        return self._pending
+
     def unwritten(self) -> list[Execution]:
         """Executions that ended and whose finish is not written (or refused) yet."""
         with self._idle:

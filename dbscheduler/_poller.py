@@ -35,6 +35,11 @@ CONTENDED_RETRY = 0.005
 GIVEN_BACK_PAUSE = 0.1
 """A pick gave its rows back (their group was over its limit): look again after a random
 pause of up to this many seconds."""
+FINISH_BACKLOG = 4
+"""The poller picks no more while this many times ``max_workers`` ended executions wait for
+their finish to be written: a node whose picks outrun its finishes (a backlog of one-off jobs,
+each finish its own delete) would hold ever more leases its heartbeat must keep, until they
+expire and the jobs run again elsewhere."""
 GATHER_WAIT = 0.005
 """Rows are due but fewer than half of the workers are free: wait at most this long for more
 to free before picking."""
@@ -156,9 +161,9 @@ class Poller:
         else:
             now = self._clock.db_now()
         until_poll = self._poll_interval - since_poll
-        free = self._executor.free
+        free = self._room()
         if free <= 0:
-            return until_poll  # a worker that becomes free wakes us
+            return until_poll  # a worker that becomes free, or a finish written, wakes us
         if self._next_due is None:
             return until_poll
         wait = (self._next_due - now).total_seconds()
@@ -209,6 +214,12 @@ class Poller:
                 return random.uniform(GIVEN_BACK_PAUSE / 2, GIVEN_BACK_PAUSE)
             return CONTENDED_RETRY
         return 0
+
+    def _room(self) -> int:
+        """How many rows a pick may take now: the free workers, fewer while the finishes not
+        yet written near :data:`FINISH_BACKLOG` times ``max_workers``."""
+        waiting = FINISH_BACKLOG * self._executor.max_workers - self._finisher.backlog
+        return min(self._executor.free, waiting)
 
     def _gather(self, free: int) -> float:
         """How long to wait before picking for ``free`` workers while rows are due: 0, or

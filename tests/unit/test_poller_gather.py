@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dbscheduler import _poller as poller_module
-from dbscheduler._poller import GATHER_WAIT, Poller, next_backoff
+from dbscheduler._poller import FINISH_BACKLOG, GATHER_WAIT, Poller, next_backoff
 
 
 class Clock:
@@ -83,3 +83,21 @@ def test_the_poll_backoff_stays_within_a_third_of_the_lease() -> None:
         assert backoff <= 1.0
     assert next_backoff(8.0, 1.0, timedelta(minutes=5)) == 10.0
     assert next_backoff(5.0, 5.0, timedelta(seconds=3)) == 5.0  # never below the poll interval
+
+
+def _with(free: int, backlog: int, max_workers: int = 32) -> Poller:
+    unused: Any = None
+    return Poller(store=unused, node_id="n", lease=timedelta(seconds=30),
+                  poll_interval=timedelta(seconds=5), tasks=unused,
+                  executor=SimpleNamespace(max_workers=max_workers, free=free),  # type: ignore[arg-type]
+                  heartbeat=unused, listeners=unused, wakeup=unused, clock=unused,
+                  finisher=SimpleNamespace(backlog=backlog))  # type: ignore[arg-type]
+
+
+def test_a_node_picks_no_faster_than_it_writes_its_finishes() -> None:
+    # Free workers take rows while few finishes wait; as the unwritten finishes near
+    # FINISH_BACKLOG times the workers, the pick takes fewer, then none: the leases a node
+    # holds stay within what it can finish before they expire.
+    assert _with(free=32, backlog=0)._room() == 32
+    assert _with(free=32, backlog=FINISH_BACKLOG * 32 - 5)._room() == 5
+    assert _with(free=32, backlog=FINISH_BACKLOG * 32 + 40)._room() <= 0
