@@ -106,6 +106,10 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
                                       timezone_id="Europe/Berlin", locale="en-GB")
         page = watch.attach(context.new_page())
         page.goto(server.base)
+        # The last hour's runs per minute: import-orders' failure among them.
+        assert page.locator("#throughput rect.bar-failed").count() == 1
+        assert "1 failed" in page.locator("#throughput figcaption").inner_text()
+        page.screenshot(path=SHOTS / "tasks-throughput.png")
         page.click('nav.nav a:text-is("Nodes")')
         page.wait_for_url("**/nodes")
         # Which nodes are alive, and what each runs now (the row refreshes on its own).
