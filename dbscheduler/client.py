@@ -30,6 +30,7 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.bulk import push_many, write_runtime_many
 from ._store.controls import GroupInfo
+from ._store.throughput import finished_since
 from ._taskinfo import task_info
 from .bulk import PushItem, ScheduleItem, push_rows, runtime_rows
 from .context import RunInfo, TaskInfo, parse_run_cursor
@@ -198,6 +199,28 @@ class Client(GroupsAndBatches):
             raise ValueError(f"node must be a node id, got {node!r}")
         before = parse_run_cursor(cursor) if cursor is not None else None
         return select_runs(self._store, name, statuses, since, until, limit, node, before)
+
+    def throughput(self, minutes: int = 60) -> list[tuple[datetime, int, int]]:
+        """Runs per minute over the last ``minutes`` (database clock), oldest first:
+        ``(minute, succeeded or skipped, failed: error, lost or timeout)``; cancelled runs
+        count in neither. Read from the run history's newest 20,000 rows at most.
+
+        >>> client.throughput(5)[-1]   # doctest: +SKIP
+        (datetime.datetime(2026, 11, 26, 14, 5, tzinfo=datetime.timezone.utc), 118, 2)
+        """
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+            raise ValueError(f"minutes must be an integer from 1 to 1440, got {minutes!r}")
+        now, rows = finished_since(self._store, timedelta(minutes=minutes))
+        first = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+        ok, failed = [0] * minutes, [0] * minutes
+        for at, status in rows:
+            index = int((at - first).total_seconds() // 60)
+            if 0 <= index < minutes:
+                if status in ("success", "skipped"):
+                    ok[index] += 1
+                elif status in ("error", "lost", "timeout"):
+                    failed[index] += 1
+        return [(first + timedelta(minutes=i), ok[i], failed[i]) for i in range(minutes)]
 
     def counts(self, overdue_after: timedelta | None = None) -> TaskCounts:
         """Tasks by state, in one aggregate query on the database clock (cheap with 10,000

@@ -268,10 +268,13 @@ class ClusterGauges(Collector):
                 self._checked = time.monotonic()
                 try:
                     self._counts = self._client.counts(self._overdue_after)
-                    self._groups = [g for g in self._client.groups() if g.limit is not None]
                 except Exception as exc:
                     log.warning("could not count the tasks for the cluster gauges: %s", exc)
                     self._counts = None
+                try:
+                    self._groups = [g for g in self._client.groups() if g.limit is not None]
+                except Exception:  # the task counts stand without the groups'
+                    self._groups = []
                 try:
                     nodes = self._client.nodes()
                     alive = sum(1 for n in nodes if n.alive)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -25,17 +25,19 @@ STATUS_STYLES = {"success": "green", "error": "red", "lost": "yellow", "cancelle
                  "timeout": "red", "skipped": "dim"}
 
 
-def make_console() -> Console:
-    """A console on stdout: colours only on a terminal, a wide table when piped."""
+def make_console(wide: bool = False) -> Console:
+    """A console on stdout: colours only on a terminal, a wide table when piped (or
+    ``wide``)."""
     width = None
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    if wide or (not sys.stdout.isatty() and "COLUMNS" not in os.environ):
         width = NON_TTY_WIDTH
     return Console(file=sys.stdout, width=width, highlight=False, emoji=False, soft_wrap=False)
 
 
-def render(renderable: Any) -> None:
-    """Print a rich renderable on stdout; when piped, without trailing blanks on any line."""
-    console = make_console()
+def render(renderable: Any, wide: bool = False) -> None:
+    """Print a rich renderable on stdout; when piped, without trailing blanks on any line;
+    ``wide``: at its natural width, however narrow the terminal."""
+    console = make_console(wide)
     if console.is_terminal:
         console.print(renderable)
         return
@@ -139,8 +141,37 @@ def _name(info: TaskInfo) -> Text:
     return text
 
 
-def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Table:
-    """The ``list`` table: one line per task, overdue ones marked."""
+NARROW_DROPS = ("options", "paused", "runs", "last run", "handler")
+"""Columns of ``list`` left out, in this order, until the table fits the terminal
+(``-o wide`` keeps them all)."""
+
+
+def fitted(build: Callable[[frozenset[str]], Table], drops: Sequence[str]) -> Table:
+    """``build(left_out)`` leaving out the fewest of ``drops`` (in order) for the table to fit
+    the console's width: names are never folded to make room."""
+    console = make_console()
+    left_out: frozenset[str] = frozenset()
+    table = build(left_out)
+    for column in drops:
+        if console.measure(table, options=console.options.update_width(NON_TTY_WIDTH)
+                           ).maximum <= console.width:
+            break
+        left_out = left_out | {column}
+        table = build(left_out)
+    return table
+
+
+def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target, wide: bool = False
+                ) -> Table:
+    """The ``list`` table: one line per task, overdue ones marked; in a narrow terminal the
+    least needed columns go (unless ``wide``) rather than a name being broken."""
+    if wide:
+        return _tasks_table(infos, now, target, frozenset())
+    return fitted(lambda out: _tasks_table(infos, now, target, out), NARROW_DROPS)
+
+
+def _tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target,
+                 left_out: frozenset[str]) -> Table:
     late = sum(1 for i in infos if i.overdue)
     table = Table(
         box=box.SIMPLE_HEAD,
@@ -151,31 +182,46 @@ def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target) -> Tab
         caption_justify="left",
     )
     # Options only when a task has any: a narrow terminal has no room for an empty column.
-    with_options = any(info.options for info in infos)
-    table.add_column("name", style="bold", overflow="fold", min_width=8)
+    with_options = any(info.options for info in infos) and "options" not in left_out
+    shown = {c: c not in left_out for c in ("handler", "last run", "runs", "paused")}
+    # A name is never broken: other columns wrap or go first (an overlong one is cut with
+    # an ellipsis; -o wide shows it whole).
+    longest = max((len(_name(info)) for info in infos), default=4)
+    table.add_column("name", style="bold", no_wrap=True, overflow="ellipsis",
+                     min_width=min(longest, 60))
     table.add_column("schedule", overflow="fold", min_width=8)
-    table.add_column("handler", overflow="fold", min_width=7)
+    if shown["handler"]:
+        table.add_column("handler", overflow="fold", min_width=7)
     if with_options:
         table.add_column("options", overflow="fold", min_width=7)
-    table.add_column("next run (UTC)", no_wrap=True)
-    table.add_column("last run", no_wrap=True)
+    table.add_column("next run (UTC)", overflow="fold", min_width=19)
+    if shown["last run"]:
+        table.add_column("last run", no_wrap=True)
     table.add_column("attempt", justify="right")
-    table.add_column("runs", justify="right")
-    table.add_column("paused")
-    table.add_column("running on", overflow="fold")
+    if shown["runs"]:
+        table.add_column("runs", justify="right")
+    if shown["paused"]:
+        table.add_column("paused")
+    table.add_column("running on" if not left_out else "node", overflow="fold", min_width=4)
     for info in infos:
-        table.add_row(
-            _name(info),
-            Text(info.schedule or "-"),
-            handler_text(info, now),
-            *([options_text(info)] if with_options else []),
-            _next_run(info, now),
-            _last_run(info, now),
-            str(info.attempt),
-            str(info.total_attempt),
-            Text("yes", style="yellow") if info.paused else Text("no"),
-            Text(info.locked_by or "-"),
-        )
+        cells: list[Any] = [_name(info), Text(info.schedule or "-")]
+        if shown["handler"]:
+            cells.append(handler_text(info, now))
+        if with_options:
+            cells.append(options_text(info))
+        cells.append(_next_run(info, now))
+        if shown["last run"]:
+            cells.append(_last_run(info, now))
+        cells.append(str(info.attempt))
+        if shown["runs"]:
+            cells.append(str(info.total_attempt))
+        if shown["paused"]:
+            cells.append(Text("yes", style="yellow") if info.paused else Text("no"))
+        cells.append(Text(info.locked_by or "-"))
+        table.add_row(*cells)
+    if left_out:
+        gone = [c for c in NARROW_DROPS if c in left_out]
+        table.caption = f"{table.caption}\nleft out to fit: {', '.join(gone)} (-o wide)"
     return table
 
 

@@ -20,8 +20,12 @@ from .target import OperationFailed, database_options, opened, resolve
               help="only the overdue tasks; exit 1 if there is any (a monitoring probe)")
 @click.option("--overdue-after", type=click.FloatRange(min=0), default=60.0, show_default=True,
               metavar="SECONDS", help="how late an unpicked task is overdue")
+@click.option("-o", "--output", type=click.Choice(["table", "wide"]), default="table",
+              show_default=True,
+              help="wide: every column, however wide the terminal (table: the least needed "
+                   "columns go in a narrow one, names are never broken)")
 @database_options
-def list_(as_json: bool, overdue: bool, overdue_after: float, url: str | None,
+def list_(as_json: bool, overdue: bool, overdue_after: float, output: str, url: str | None,
           table: str | None) -> None:
     """Every task: schedule, next run, last run, attempt, paused, running on which node.
 
@@ -43,7 +47,8 @@ def list_(as_json: bool, overdue: bool, overdue_after: float, url: str | None,
         elif not infos:
             click.echo(f"no tasks in table {target.table} on {target.safe_url}")
         else:
-            render(tasks_table(infos, now, target))
+            wide = output == "wide"
+            render(tasks_table(infos, now, target, wide=wide), wide=wide)
     if overdue and infos:
         click.get_current_context().exit(1)
 

@@ -199,12 +199,57 @@ def render(request: Request, template: str, context: dict[str, Any]) -> Response
 PageParam = Annotated[int, Query(ge=1)]
 
 
+@dataclass(frozen=True)
+class MinuteBars:
+    """One minute of the throughput chart: its succeeded and failed runs as stacked bars."""
+
+    minute: datetime
+    ok: int
+    failed: int
+    x: float
+    width: float
+    ok_y: float
+    ok_height: float
+    failed_y: float
+    failed_height: float
+
+
+THROUGHPUT_W, THROUGHPUT_H = 600.0, 70.0
+
+
+def throughput_chart(minutes: list[tuple[datetime, int, int]]) -> list[MinuteBars]:
+    """Stacked bars (failures on top) for runs per minute, oldest on the left; none when no
+    run finished in the window."""
+    highest = max((ok + failed for _, ok, failed in minutes), default=0)
+    if highest == 0:
+        return []
+    step = THROUGHPUT_W / len(minutes)
+    width = max(1.0, step * 0.75)
+    scale = (THROUGHPUT_H - 2) / highest
+    bars = []
+    for i, (minute, ok, failed) in enumerate(minutes):
+        ok_h, failed_h = ok * scale, failed * scale
+        bars.append(MinuteBars(minute, ok, failed, i * step + (step - width) / 2, width,
+                               THROUGHPUT_H - ok_h, ok_h, THROUGHPUT_H - ok_h - failed_h,
+                               failed_h))
+    return bars
+
+
 @router.get("/", name="tasks_page")
 def tasks_page(request: Request, state: str | None = None, q: str | None = None,
                page: PageParam = 1, kind: str | None = None) -> Response:
     """Every task, counts by state, filter and search, bulk actions (batch keys only with
-    ``kind=all``: they have the batches page)."""
-    return render(request, "tasks.html", _tasks_context(request, state, q, page, kind))
+    ``kind=all``: they have the batches page), and the last hour's runs per minute."""
+    client = request.app.state.dashboard.client
+    try:
+        hour = client.throughput(60)
+    except Exception:  # a table without history: no chart, the page as before
+        hour = []
+    context = _tasks_context(request, state, q, page, kind)
+    context.update(throughput=throughput_chart(hour), throughput_box=(THROUGHPUT_W, THROUGHPUT_H),
+                   hour_ok=sum(ok for _, ok, _ in hour),
+                   hour_failed=sum(failed for _, _, failed in hour))
+    return render(request, "tasks.html", context)
 
 
 @router.get("/partials/tasks", name="tasks_partial")

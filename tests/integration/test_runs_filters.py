@@ -100,3 +100,28 @@ def test_runs_by_task_node_status_time_and_cursor(migrated: tuple[str, str]) -> 
     cursor = paged.stdout.split("--cursor ")[1].split(")")[0]
     rest = json.loads(invoke("runs", "--cursor", cursor, "--json", *db).stdout)
     assert [(r["name"], r["token"]) for r in rest] == [("import", 1)]
+
+
+def test_runs_per_minute_over_the_last_hour(migrated: tuple[str, str]) -> None:
+    url, table = migrated
+    with Client(url, table=table) as client:
+        now = client.db_now()
+        recent, older = now - timedelta(minutes=2), now - timedelta(minutes=30)
+        rows = [(recent, "success"), (recent, "success"), (recent, "error"),
+                (recent, "cancelled"), (older, "timeout"), (now - timedelta(hours=2), "error")]
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(sa.insert(make_runs_table(table)), [
+                {"task_name": "t", "token": i + 1, "attempt": 1, "node_id": "n",
+                 "scheduled_at": at, "started_at": at, "finished_at": at, "status": status,
+                 "error": None} for i, (at, status) in enumerate(rows)])
+        engine.dispose()
+        minutes = client.throughput(60)
+        assert len(minutes) == 60 and minutes[-1][0] == now.replace(second=0, microsecond=0)
+        by_minute = {m: (ok, failed) for m, ok, failed in minutes}
+        assert by_minute[recent.replace(second=0, microsecond=0)] == (2, 1)
+        assert by_minute[older.replace(second=0, microsecond=0)] == (0, 1)
+        assert sum(ok for _, ok, _ in minutes) == 2 and sum(f for _, _, f in minutes) == 2
+    with TestClient(create_app(url, table=table)) as http:
+        page = http.get("/").text
+    assert 'id="throughput"' in page and "2 succeeded" in page and "2 failed" in page

@@ -105,3 +105,15 @@ def test_traceback_column_ddl(dialect: str) -> None:
     column = "NVARCHAR(max)" if dialect == "mssql" else "CLOB"
     assert re.search(rf"ALTER TABLE scheduled_tasks_runs ADD traceback {re.escape(column)}",
                      sql), sql[-800:]
+
+
+def test_runs_per_minute_read_two_columns_on_the_database_clock(rig: Rig) -> None:
+    from dbscheduler.client import Client
+
+    rig.db.on(r"^SELECT (TOP \S+ )?\S+\.finished_at, \S+\.status",
+              Reply(["finished_at", "status"], [(NOW, "success"), (NOW, "error")]))
+    minutes = Client(engine=rig.engine).throughput(5)
+    assert [(ok, failed) for _, ok, failed in minutes][-1] == (1, 1)
+    (read,) = rig.db.find(r"^SELECT (TOP \S+ )?\S+\.finished_at, \S+\.status")
+    assert "finished_at >=" in read.sql and -300.0 in _param_values(read)
+    assert ("TOP" if rig.backend == "mssql" else "FETCH FIRST") in read.sql

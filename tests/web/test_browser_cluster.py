@@ -106,6 +106,10 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
                                       timezone_id="Europe/Berlin", locale="en-GB")
         page = watch.attach(context.new_page())
         page.goto(server.base)
+        # The last hour's runs per minute: import-orders' failure among them.
+        assert page.locator("#throughput rect.bar-failed").count() == 1
+        assert "1 failed" in page.locator("#throughput figcaption").inner_text()
+        page.screenshot(path=SHOTS / "tasks-throughput.png")
         page.click('nav.nav a:text-is("Nodes")')
         page.wait_for_url("**/nodes")
         # Which nodes are alive, and what each runs now (the row refreshes on its own).
@@ -233,6 +237,18 @@ def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Brow
         mobile.locator("#runs").screenshot(path=SHOTS / "task-traceback-phone.png")
         mobile.goto(server.base + "runs?node=worker-old")
         mobile.screenshot(path=SHOTS / "runs-phone.png", full_page=True)
+        # Dark mode follows the browser.
+        dark = browser.new_context(viewport={"width": 1280, "height": 800},
+                                   color_scheme="dark", timezone_id="Europe/Berlin",
+                                   locale="en-GB")
+        night = watch.attach(dark.new_page())
+        night.goto(server.base + "tasks/import-orders")
+        night.locator("#runs details.traceback summary").first.click()
+        background = night.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+        assert background == "rgb(15, 18, 23)", background
+        night.screenshot(path=SHOTS / "task-dark.png", full_page=True)
+        night.goto(server.base)
+        night.screenshot(path=SHOTS / "tasks-dark.png")
         assert watch.problems == []
     finally:
         server.stop()
