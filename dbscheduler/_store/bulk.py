@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from .. import _faultpoints
-from ..dialects import db_now
 from .base import StoreBase
 from .batches import NOTIFY_WITHIN, Push, on_existing_push
 from .runtime import RuntimeRow
@@ -111,9 +110,10 @@ def _upsert(store: StoreBase, values: list[dict[str, Any]],
             store.notify(conn)
 
 
-def _insert(store: StoreBase, stmt: sa.Insert, params: list[dict[str, Any]]) -> None:
+def _insert(store: StoreBase, rows: list[dict[str, Any]]) -> None:
     with store.autocommit() as conn:
-        conn.execute(stmt, params)
+        # pushed_at on the database's clock: a delivery takes the items pushed before it.
+        store.dialect.insert_rows(conn, store.items, rows, now=("pushed_at",))
 
 
 def _push_existing(store: StoreBase, moves: bool, new: Callable[[str], Any]
@@ -125,25 +125,16 @@ def push_many(store: StoreBase, pushes: Sequence[Push]) -> None:
     """Write ``pushes`` in push order: per batch, the items in one insert, then the keys'
     rows in one upsert per kind of push; listening nodes are woken once per batch when a key
     comes due within :data:`~dbscheduler._store.batches.NOTIFY_WITHIN` seconds."""
-    items = store.items
     clock = _Clock(store)
-    insert_items = sa.insert(items).values(
-        task_name=sa.bindparam("i_name", type_=items.c.task_name.type),
-        handler=sa.bindparam("i_handler", type_=items.c.handler.type),
-        batch_key=sa.bindparam("i_key", type_=items.c.batch_key.type),
-        item=sa.bindparam("i_item", type_=items.c.item.type),
-        due_at=sa.bindparam("i_due", type_=items.c.due_at.type),
-        moves=sa.bindparam("i_moves", type_=items.c.moves.type),
-        pushed_at=db_now(),
-    )
     for batch in _batches(pushes, store.dialect.upsert_rows):
         now = clock.now()
         due = [p.ontime if p.ontime is not None else now for p in batch]
-        params = [{"i_name": p.name, "i_handler": p.handler, "i_key": p.key, "i_item": p.item,
-                   "i_due": at, "i_moves": p.moves} for p, at in zip(batch, due, strict=True)]
+        params = [{"task_name": p.name, "handler": p.handler, "batch_key": p.key,
+                   "item": p.item, "due_at": at, "moves": p.moves}
+                  for p, at in zip(batch, due, strict=True)]
 
         # Items first: until the row statement lands, an item simply waits for its key.
-        store.retrying("push_many", partial(_insert, store, insert_items, params))
+        store.retrying("push_many", partial(_insert, store, params))
         _faultpoints.reached("push")
         first: dict[str, tuple[Push, datetime]] = {}
         moved: dict[str, datetime] = {}

@@ -217,6 +217,20 @@ class Dialect(StatementCache):
         )
         conn.execute(update, [{f"u_{n}": r[n] for n in names} for r in rows])
 
+    def insert_rows(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]],
+        now: Sequence[str] = (),
+    ) -> None:
+        """Insert ``rows`` (plain values, every row the same columns), the columns ``now``
+        set to the database's clock, in one statement where the backend allows (at most
+        :attr:`upsert_rows` rows): by default one insert executed for all rows."""
+        if not rows:
+            return
+        stmt = sa.insert(table).values(
+            **{n: sa.bindparam(f"r_{n}", type_=table.c[n].type) for n in rows[0]},
+            **{n: db_now() for n in now})
+        conn.execute(stmt, [{f"r_{n}": v for n, v in r.items()} for r in rows])
+
     insert_guard_hints: ClassVar[str | None] = None
     """Table hints of the probe of :func:`insert_if_absent_statement` (SQL Server's locks)."""
 

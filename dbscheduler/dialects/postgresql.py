@@ -205,6 +205,19 @@ class PostgreSQLDialect(Dialect):
             set_={c.name: v for c, v in on_existing(lambda n: insert.excluded[n])})
         conn.execute(stmt, params)
 
+    def insert_rows(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]],
+        now: Sequence[str] = (),
+    ) -> None:
+        # One INSERT … SELECT FROM unnest(one array per column), as the upsert above.
+        if not rows:
+            return
+        names = list(rows[0])
+        columns = [sa.column(n, table.c[n].type) for n in names]
+        source, params = self.batch_rows("r", columns, [[r[n] for n in names] for r in rows])
+        conn.execute(sa.insert(table).from_select(
+            [*names, *now], sa.select(*source.c, *(db_now() for _ in now))), params)
+
     def push_statement(
         self,
         item: sa.Insert,

@@ -177,6 +177,24 @@ class SQLiteDialect(Dialect):
             index_elements=["queue_name"],
             set_={c.name: v for c, v in on_existing(lambda n: insert.excluded[n])})
 
+    def insert_rows(
+        self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]],
+        now: Sequence[str] = (),
+    ) -> None:
+        # INSERT … SELECT FROM json_each: one statement; an executemany in autocommit mode
+        # commits each row on its own.
+        if not rows:
+            return
+        names = list(rows[0])
+        each = sa.func.json_each(sa.bindparam("r_rows", type_=sa.UnicodeText())).table_valued(
+            "value")
+        values = [sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"))
+                  for i in range(len(names))]
+        stmt = sa.insert(table).from_select(
+            [*names, *now], sa.select(*values, *(db_now() for _ in now)))
+        conn.execute(stmt, {"r_rows": json.dumps(
+            [[self._json_value(r[n]) for n in names] for r in rows])})
+
     def _json_value(self, value: Any) -> Any:
         if isinstance(value, datetime):
             if value.tzinfo is None or value.utcoffset() is None:

@@ -179,3 +179,30 @@ def test_push_many_queues_what_push_queues(migrated: tuple[str, str]) -> None:
         assert order == ['{"n": 1}', '{"n": 3}', '{"n": 6}'] or order == [
             '{"n":1}', '{"n":3}', '{"n":6}']
         assert client.info("many/cat").data == {"d": 1}
+
+
+def test_a_batch_of_pushes_is_one_insert_and_one_upsert_on_the_server(
+    migrated: tuple[str, str], backend: str
+) -> None:
+    """Counted by the server where it counts per session (MariaDB): a driver may split what
+    SQLAlchemy sends as one execution into a statement per row."""
+    if backend != "mysql":
+        pytest.skip("the server's own statement counters are read on MariaDB")
+    url, table = migrated
+    engine = sa.create_engine(url, poolclass=sa.pool.StaticPool)  # one session throughout
+    try:
+        with Client(engine=engine, table=table) as client:
+            def inserts() -> int:
+                with engine.connect() as conn:
+                    found = dict(conn.execute(sa.text(
+                        "SHOW SESSION STATUS LIKE 'Com_insert%'")).all())
+                return sum(int(v) for v in found.values())
+
+            before = inserts()
+            client.push_many([(f"user-{i % 300}", {"i": i}, "digest") for i in range(900)])
+            assert inserts() - before == 2  # the items, the keys' rows
+            before = inserts()
+            client.schedule_once_many([(f"job-{i}", "mail", AT) for i in range(900)])
+            assert inserts() - before == 1
+    finally:
+        engine.dispose()
