@@ -67,8 +67,11 @@ def test_quickstart_runs_every_kind_of_task_and_prints_them(tmp_path: Path) -> N
                    "every kind of run printed")
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        # Not communicate(): it would read the rest of stdout (the closing table) itself,
+        # racing the reader thread for it.
+        proc.wait(timeout=60)
         reader.join(10)
+    err = proc.stderr.read() if proc.stderr is not None else ""
     out = "".join(lines)
     assert proc.returncode == 0, err
     assert out.startswith("running 4 tasks on sqlite:///dbscheduler.sqlite3 until Ctrl-C\n")
