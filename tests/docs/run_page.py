@@ -41,8 +41,10 @@ class StepFailed(Exception):
 # instants, durations and relative times, counts and numbered names (web-1). Numbers inside
 # identifiers (dbscheduler_0007) are kept: a stale revision is what the check is for.
 _INSTANT = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:\d\d| UTC)?")
-_RELATIVE = re.compile(
-    r"\b(?:now|in ~?N(?:\.N)?\s?(?:ms|s|m|h|d)|N(?:\.N)?\s?(?:ms|s|m|h|d) ago)\b")
+# A duration in words may have one part or several ("in 28d", "in 32d 14h", "2m 4s ago"),
+# depending on the instant the page runs.
+_SPAN = r"N(?:\.N)?\s?(?:ms|s|m|h|d)(?:\s?N(?:\.N)?\s?(?:ms|s|m|h|d))*"
+_RELATIVE = re.compile(rf"\b(?:now|in ~?{_SPAN}|{_SPAN} ago)\b")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 _RULE = re.compile(r"[─━-]{3,}")
 # A task's last and next run in a listing: which state a live task is in at the instant of
