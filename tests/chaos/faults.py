@@ -21,26 +21,13 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from tests.servers import PrivateServer
-
-
-def _answers(url: str) -> bool:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool,
-                              connect_args={"connect_timeout": 2})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-        return True
-    except Exception:
-        return False
-    finally:
-        engine.dispose()
+from tests.servers import PrivateServer, answers
 
 
 def wait_until_answers(url: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _answers(url):
+        if answers(url):
             return True
         time.sleep(0.1)
     return False
