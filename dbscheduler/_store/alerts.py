@@ -153,11 +153,14 @@ def claim(store: StoreBase, kind: LateKind, ids: Sequence[int],
         values["prev_last_started_at"] = sa.bindparam(
             "a_marker", marker, type_=t.c.prev_last_started_at.type)
     stmt = sa.update(t).where(*where).values(**values)
-    with store.autocommit() as conn:
-        if returning:
+    if returning:
+        with store.autocommit() as conn:
             won = [int(r[0]) for r in conn.execute(stmt.returning(t.c.id))]
             _faultpoints.reached("alert")
             return won
+    # One short transaction: the update's row locks keep a pick on another node from
+    # rewriting the marker before it is read back (a row alerted but never told).
+    with store.begin() as conn:
         conn.execute(stmt)
         _faultpoints.reached("alert")
         mark = sa.bindparam("a_marker", marker, type_=t.c.prev_last_started_at.type)
@@ -170,16 +173,20 @@ def claim(store: StoreBase, kind: LateKind, ids: Sequence[int],
                 sa.or_(t.c.prev_last_started_at == mark,
                        sa.and_(t.c.locked_by.is_not(None),
                                _late_where(t, kind, overdue_after, one_offs))))).all()
-        won = [int(id_) for id_, ours in found if int(ours)]
-        # Rows running right now (a dead man that keeps failing, a recovered task already
-        # running again): one conditional update each, as few as the node's running rows.
-        for id_ in sorted(int(i) for i, ours in found if not int(ours)):
-            single = (sa.update(t).where(t.c.id == id_,
-                                         _late_where(t, kind, overdue_after, one_offs))
-                      .values(alerted_at=values["alerted_at"]))
-            if conn.execute(single).rowcount == 1:
-                won.append(id_)
-        return won
+    won = [int(id_) for id_, ours in found if int(ours)]
+    # Rows running right now (a dead man that keeps failing, a recovered task already
+    # running again): one conditional update each, as few as the node's running rows, after
+    # the commit so that no lock of the page is held while waiting for a running row's.
+    running = sorted(int(i) for i, ours in found if not int(ours))
+    if running:
+        with store.autocommit() as conn:
+            for id_ in running:
+                single = (sa.update(t).where(t.c.id == id_,
+                                             _late_where(t, kind, overdue_after, one_offs))
+                          .values(alerted_at=values["alerted_at"]))
+                if conn.execute(single).rowcount == 1:
+                    won.append(id_)
+    return won
 
 
 def rows_by_id(store: StoreBase, ids: list[int]) -> tuple[datetime, list[Mapping[str, Any]]]:
