@@ -267,8 +267,9 @@ class Databases:
     """The benchmark's own databases: ``dbsbench_<system>`` on PostgreSQL, ``dbsbench`` on
     MariaDB, SQLite files in a temporary directory. All dropped at the end."""
 
-    def __init__(self, pg_admin_url: str) -> None:
+    def __init__(self, pg_admin_url: str, mariadb_admin_url: str = MARIADB_ADMIN_URL) -> None:
         self.pg_admin_url = pg_admin_url
+        self.mariadb_admin_url = mariadb_admin_url
         self._pg = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT",
                                     poolclass=sa.NullPool)
         self._my: sa.Engine | None = None
@@ -311,7 +312,7 @@ class Databases:
     def mariadb(self) -> Backend | None:
         try:
             if self._my is None:
-                self._my = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT",
+                self._my = sa.create_engine(self.mariadb_admin_url, isolation_level="AUTOCOMMIT",
                                             poolclass=sa.NullPool)
             with self._my.connect() as conn:
                 conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PREFIX}dbs")
@@ -320,7 +321,8 @@ class Databases:
             log(f"MariaDB unavailable, skipped: {exc}")
             return None
         self.mariadb_available = True
-        return Backend("mysql", f"mysql+pymysql://root@127.0.0.1:3306/{PREFIX}dbs")
+        url = sa.engine.make_url(self.mariadb_admin_url).set(database=f"{PREFIX}dbs")
+        return Backend("mysql", url.render_as_string(hide_password=False))
 
     def sqlite(self, run: str) -> Backend:
         self._tmp.mkdir(parents=True, exist_ok=True)
@@ -338,7 +340,7 @@ class Databases:
                 out[f"postgresql.{setting}"] = str(
                     conn.exec_driver_sql(f"SHOW {setting}").scalar())
         try:
-            engine = sa.create_engine(MARIADB_ADMIN_URL, poolclass=sa.NullPool)
+            engine = sa.create_engine(self.mariadb_admin_url, poolclass=sa.NullPool)
             with engine.connect() as conn:
                 out["mariadb"] = str(conn.exec_driver_sql("SELECT VERSION()").scalar())
         except Exception:
@@ -362,7 +364,7 @@ class Databases:
         except sa.exc.DBAPIError as exc:
             log(f"no CHECKPOINT before the workload: {exc}")
         if self._my is None:
-            self._my = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT",
+            self._my = sa.create_engine(self.mariadb_admin_url, isolation_level="AUTOCOMMIT",
                                         poolclass=sa.NullPool)
         began = time.time()
         with suppress(sa.exc.DBAPIError):  # no MariaDB here: nothing to wait for

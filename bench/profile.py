@@ -30,7 +30,7 @@ from bench.infra import (
     log,
     nodes_cleanup,
 )
-from bench.private_pg import PrivatePostgres
+from bench.private_servers import PrivatePostgres
 from bench.stats import Grid, window_figures
 from bench.workloads import SYSTEMS, Context, Settings, create_dbs_table
 

@@ -29,6 +29,7 @@ from bench.burst import burst_session
 from bench.dbs_only import failover_session, wakeup_session
 from bench.infra import (
     BENCH,
+    MARIADB_ADMIN_URL,
     PEER_ENVS,
     SHARED_PG_URL,
     Databases,
@@ -37,7 +38,7 @@ from bench.infra import (
     kill_all,
     log,
 )
-from bench.private_pg import PrivatePostgres
+from bench.private_servers import PrivateMariaDB, PrivatePostgres
 from bench.soak import soak_session
 from bench.table import table
 from bench.workloads import (
@@ -122,6 +123,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="private: a throw-away cluster on a free port of 127.0.0.1 from the local "
                         "PostgreSQL binaries, with pg_stat_statements (default when they are "
                         "installed); shared: the server at --pg-url")
+    p.add_argument("--mariadb", choices=("private", "shared"), default="private",
+                   help="private: a throw-away MariaDB on a free port of 127.0.0.1 from the local "
+                        "binaries (default when they are installed); shared: the server at "
+                        "--mariadb-url")
+    p.add_argument("--mariadb-url", default=MARIADB_ADMIN_URL,
+                   help="admin URL of the shared MariaDB server (the database dbsbench_dbs is "
+                        "created and dropped there)")
     p.add_argument("--pg-url", default=SHARED_PG_URL,
                    help="admin URL of the shared PostgreSQL server (databases dbsbench_* are "
                         "created and dropped there)")
@@ -253,12 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     if private is not None and private.bin is None:
         log("no local PostgreSQL binaries: using the shared server")
         private = None
+    private_my = PrivateMariaDB() if args.mariadb == "private" else None
+    if private_my is not None and private_my.bin is None:
+        log("no local MariaDB binaries: using the shared server")
+        private_my = None
     results: dict[str, dict[str, Any]] = {}
     reference = [cpu_reference()]
     started = time.time()
     dbs: Databases | None = None
     try:
-        dbs = Databases(private.start() if private is not None else args.pg_url)
+        dbs = Databases(private.start() if private is not None else args.pg_url,
+                        private_my.start() if private_my is not None else args.mariadb_url)
         ctx = Context(dbs, args.results)
         versions = dbs.server_versions()
         for key in only:
@@ -272,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             dbs.drop_all()
         if private is not None:
             private.remove()
+        if private_my is not None:
+            private_my.remove()
     elapsed = time.time() - started
     reference.append(cpu_reference())
     md = table(results, settings)

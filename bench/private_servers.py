@@ -1,15 +1,17 @@
-"""The benchmark's own PostgreSQL server: the test suite's throwaway server (tests/servers/)
-with a production server's settings."""
+"""The benchmark's own database servers: the test suite's throwaway PostgreSQL and MariaDB
+(tests/servers/), PostgreSQL with a production server's settings, so that nothing the benchmark
+measures runs on (or slows) a server the machine keeps for others."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 from bench.infra import log
+from tests.servers import PrivateMariaDB as MariaDBServer
 from tests.servers import PrivatePostgres as Server
 from tests.servers import throwaway
 
-__all__ = ["PrivatePostgres"]
+__all__ = ["PrivateMariaDB", "PrivatePostgres"]
 
 SETTINGS = {
     "max_connections": "200", "shared_buffers": "128MB", "autovacuum": "on", "fsync": "on",
@@ -47,6 +49,31 @@ class PrivatePostgres:
             conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         engine.dispose()
         return server.admin_url
+
+    def remove(self) -> None:
+        if self.server is not None:
+            self.server.remove()
+            self.server = None
+
+
+class PrivateMariaDB:
+    """A throwaway MariaDB on a free port of 127.0.0.1, from the local binaries, with the
+    settings Debian's package ships (InnoDB, 128 MB buffer pool, a flush at every commit).
+    Removed at the end, also when the benchmark is killed."""
+
+    def __init__(self) -> None:
+        self.bin = MariaDBServer.binaries()
+        self.server: MariaDBServer | None = None
+
+    def start(self) -> str:
+        """Start it; the admin URL (database ``test``)."""
+        self.remove()
+        log("starting a private MariaDB …")
+        server = throwaway(MariaDBServer)
+        assert isinstance(server, MariaDBServer)
+        self.server = server
+        log(f"private MariaDB on 127.0.0.1:{server.port} ({server.directory})")
+        return server.url
 
     def remove(self) -> None:
         if self.server is not None:
