@@ -1,11 +1,15 @@
 """Upgrading a populated history to the revision of the status index keeps every run row and
 value, adds ``<table>_runs_status_idx`` on ``(status, finished_at)``, and the status filter
-reads the same runs through it, newest first, page after page."""
+reads the same runs through it, newest first, page after page; on PostgreSQL and MariaDB
+the plan of a rare status reads that index, not the table."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Client
@@ -87,3 +91,47 @@ def test_upgrade_keeps_every_run_row_and_adds_the_status_index(db_url: str,
         assert {r.status for r in client.runs(status=["cancelled", "lost"], limit=1000)} == {
             "cancelled", "lost"}
 
+
+
+def test_a_rare_status_is_read_from_the_status_index(migrated: tuple[str, str],
+                                                     backend: str) -> None:
+    # The plan the runs page's status=cancelled gets on a history whose statistics are
+    # fresh: the database reads the status's rows from the index, never the whole table.
+    if backend not in ("postgresql", "mysql"):
+        pytest.skip("the plan is checked on PostgreSQL and MariaDB")
+    url, table = migrated
+    runs = make_runs_table(table)
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.insert(runs), [
+                {"task_name": f"task-{i % 50}", "token": i, "attempt": 1, "node_id": "n",
+                 "scheduled_at": T0 + timedelta(seconds=i), "started_at": T0 + timedelta(
+                     seconds=i), "finished_at": T0 + timedelta(seconds=i),
+                 "status": "cancelled" if i % 5000 == 0 else "success"}
+                for i in range(1, 20_001)])
+            conn.exec_driver_sql(("ANALYZE " if backend == "postgresql" else "ANALYZE TABLE ")
+                                 + runs.name)
+        sent: list[tuple[str, Any]] = []
+
+        def capture(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+            if runs.name in statement:
+                sent.append((statement, params))
+
+        sa.event.listen(engine, "before_cursor_execute", capture)
+        with Client(engine=engine, table=table) as client:
+            found = client.runs(status="cancelled")
+        sa.event.remove(engine, "before_cursor_execute", capture)
+        assert [r.token for r in found] == [20_000, 15_000, 10_000, 5_000]
+        (statement, params), = sent
+        with engine.connect() as conn:
+            if backend == "postgresql":
+                plan = json.dumps(conn.exec_driver_sql(
+                    f"EXPLAIN (FORMAT JSON) {statement}", params).scalar_one())
+                assert "Seq Scan" not in plan and f"{runs.name}_status_idx" in plan, plan
+            else:
+                rows = conn.exec_driver_sql(f"EXPLAIN {statement}", params).mappings().all()
+                assert [(r["table"], r["key"]) for r in rows] == [
+                    (runs.name, f"{runs.name}_status_idx")], rows
+    finally:
+        engine.dispose()
