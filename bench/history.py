@@ -1,8 +1,8 @@
-"""What the run history and the lateness check cost: ``python -m bench.history [--url URL]``.
+"""What the run history and the lateness check cost: ``python -m bench.history``.
 
-``--private pg`` (or ``mariadb``) runs it on a throwaway server of the test suite's
-(tests/servers/) instead of ``--url``. Six measurements on one fresh table (PostgreSQL by
-default):
+``--private pg`` (the default without ``--url``) or ``--private mariadb`` runs it on a
+throwaway server of the test suite's (tests/servers/). Six measurements, each on a fresh
+table:
 
 * **prune** — ``N`` (1,000,000) run rows older than the retention, deleted by the built-in
   task's code: total time, statements, the longest statement; meanwhile another connection
@@ -20,7 +20,8 @@ default):
 * **node** — a node running ``--node-tasks`` tasks back to back (``FixedDelay(0)``) beside
   ``N`` run rows older than the retention: its executions per second and start lag (start
   minus due time) while the built-in ``dbscheduler.prune-runs`` deletes them, against the
-  same node in the same length of time before the prune;
+  same node in the same length of time before and after it (``--without-status-index``:
+  the same without the index of revision 10, whose entries a delete removes too);
 * **idle** — one node with 10,000 tasks (every one with ``alert_after``), history on and the
   lateness check every ``overdue_check`` (default 30 s): statements per second over
   ``--idle-seconds`` (60), and the time of one lateness check.
@@ -36,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -437,7 +439,7 @@ def bench_idle(url: str, table: str, seconds: float, check: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    p.add_argument("--url", help="the database to measure on (default: --private pg)")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--idle-seconds", type=float, default=60.0)
@@ -449,9 +451,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds the node is measured before and after the prune")
     p.add_argument("--only", choices=("prune", "finish", "filters", "node", "idle"),
                    action="append")
+    p.add_argument("--without-status-index", action="store_true",
+                   help="drop the status index of revision 10 for the prune and node parts")
     args = p.parse_args(argv)
     server: Any = None
     url = args.url
+    if url is None and args.private is None:
+        args.private = "pg"  # never a server someone else uses, unless asked
     if args.private is not None:
         from tests.servers import PrivateMariaDB, PrivatePostgres, throwaway
 
@@ -467,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             engine = sa.create_engine(url)
             upgrade(engine, table)
             try:
+                if args.without_status_index and part in ("prune", "node"):
+                    _status_index(engine, table, False)
                 if part == "prune":
                     bench_prune(url, table, args.rows)
                 elif part == "finish":
@@ -485,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
                 engine.dispose()
     finally:
         if server is not None:
+            crashed = server.directory / "error.log"
+            if crashed.exists() and "got signal" in crashed.read_text(errors="replace"):
+                kept = Path(f"bench-history-{server.kind}-error.log").resolve()
+                kept.write_text(crashed.read_text(errors="replace"))
+                print(f"the server crashed: its log is kept in {kept}")
             server.remove()
     return 0
 
