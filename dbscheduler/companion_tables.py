@@ -62,14 +62,16 @@ def groups_table_name(qualified_name: str) -> str:
 
 
 def make_groups_table(qualified_name: str = DEFAULT_TABLE,
-                      metadata: sa.MetaData | None = None) -> sa.Table:
+                      metadata: sa.MetaData | None = None, revision: int = REVISION) -> sa.Table:
     """The table of group limits of the scheduler table ``qualified_name``: one row per
     limited group, ``max_running`` its cap across the cluster. A group without a row has no
-    limit.
+    limit. ``revision`` is the migration whose shape to build (4 creates it; none changes
+    it since).
 
     >>> make_groups_table("jobs").name
     'jobs_groups'
     """
+    _created_by(GROUPS_REVISION, revision, "groups")
     schema, name = split_table_name(groups_table_name(qualified_name))
     return sa.Table(
         name,
@@ -103,12 +105,15 @@ def make_runs_table(
     task deleted and created again starts its tokens anew, at a later time), so a row can be
     written before the finish it belongs to and found again by whoever settles it. The index
     on ``(task_name, finished_at)`` serves a task's newest runs and its count limit, the one
-    on ``finished_at`` the newest runs of all tasks and the age limit. ``revision`` is the
-    migration whose shape to build (9 adds ``traceback``).
+    on ``finished_at`` the newest runs of all tasks and the age limit, and the one on
+    ``(status, finished_at)`` (revision 10) a filter on a rare status (``cancelled``) without
+    reading the whole history. ``revision`` is the migration whose shape to build (5 creates
+    it, 9 adds ``traceback``, 10 the status index).
 
     >>> make_runs_table("jobs").name
     'jobs_runs'
     """
+    _created_by(RUNS_REVISION, revision, "runs")
     schema, name = split_table_name(qualified_name)
     runs = f"{name}_runs"
     return sa.Table(
@@ -128,13 +133,32 @@ def make_runs_table(
         sa.UniqueConstraint("task_name", "token", "started_at", name=f"{runs}_uq"),
         sa.Index(f"{runs}_task_idx", "task_name", "finished_at"),
         sa.Index(f"{runs}_time_idx", "finished_at"),
+        *([runs_status_index(runs)] if revision >= STATUS_INDEX_REVISION else []),
         schema=schema,
         **table_options(),
     )
 
 
+RUNS_REVISION = 5
+"""The migration that creates the run history."""
 TRACEBACK_REVISION = 9
 """The migration that adds the run history's ``traceback`` column."""
+STATUS_INDEX_REVISION = 10
+"""The migration that adds the run history's index on ``(status, finished_at)``."""
+
+
+def runs_status_index(runs_name: str) -> sa.Index:
+    """The run history's ``<runs>_status_idx`` on ``(status, finished_at)`` (revision 10).
+
+    A filter on a status reads that status's newest runs in order from it, whatever their
+    share of the history (``cancelled`` may be one run in ten thousand: without it the
+    database reads the whole table to find a page of them). Its range on ``finished_at``
+    serves a status with a time range too. The cursor's tie-break on ``id`` needs no column:
+    InnoDB's secondary indexes end with the primary key, and PostgreSQL sorts only the rows
+    of one ``finished_at`` (an incremental sort). One index, not one per filter: each costs
+    every run row written.
+    """
+    return sa.Index(f"{runs_name}_status_idx", "status", "finished_at")
 
 
 def traceback_column() -> sa.Column[str]:
@@ -156,8 +180,9 @@ def items_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
 
 
 def make_items_table(qualified_name: str = DEFAULT_TABLE,
-                     metadata: sa.MetaData | None = None) -> sa.Table:
-    """The batch items table of the tasks table ``qualified_name`` (revision 6 on).
+                     metadata: sa.MetaData | None = None, revision: int = REVISION) -> sa.Table:
+    """The batch items table of the tasks table ``qualified_name`` at the migration
+    ``revision`` (6 creates it; none changes it since).
 
     One row per pushed item, waiting for the delivery of its key's row (``task_name``, the
     tasks table's ``queue_name``): ``id`` is the push order; ``due_at`` and ``moves`` are what
@@ -168,6 +193,7 @@ def make_items_table(qualified_name: str = DEFAULT_TABLE,
     >>> make_items_table("jobs").name
     'jobs_items'
     """
+    _created_by(ITEMS_REVISION, revision, "items")
     schema, name = split_table_name(items_table_name(qualified_name))
     metadata = metadata if metadata is not None else sa.MetaData()
     return sa.Table(
@@ -201,8 +227,9 @@ def nodes_table_name(qualified_name: str = DEFAULT_TABLE) -> str:
 
 
 def make_nodes_table(qualified_name: str = DEFAULT_TABLE,
-                     metadata: sa.MetaData | None = None) -> sa.Table:
-    """The node registry of the tasks table ``qualified_name`` (revision 8 on).
+                     metadata: sa.MetaData | None = None, revision: int = REVISION) -> sa.Table:
+    """The node registry of the tasks table ``qualified_name`` at the migration ``revision``
+    (8 creates it; none changes it since).
 
     One row per node that ever started on the table, written by the node itself with its
     heartbeat: ``last_seen`` (database clock) says whether it is alive, ``running`` how many
@@ -212,6 +239,7 @@ def make_nodes_table(qualified_name: str = DEFAULT_TABLE,
     >>> make_nodes_table("jobs").name
     'jobs_nodes'
     """
+    _created_by(NODES_REVISION, revision, "nodes")
     schema, name = split_table_name(nodes_table_name(qualified_name))
     return sa.Table(
         name,
@@ -228,6 +256,22 @@ def make_nodes_table(qualified_name: str = DEFAULT_TABLE,
         schema=schema,
         **table_options(),
     )
+
+
+GROUPS_REVISION = 4
+"""The migration that creates ``<table>_groups``."""
+ITEMS_REVISION = 6
+"""The migration that creates ``<table>_items``."""
+NODES_REVISION = 8
+"""The migration that creates ``<table>_nodes``."""
+
+
+def _created_by(created: int, revision: int, what: str) -> None:
+    """Refuse a shape asked of a revision before the one that creates the table: a
+    migration that builds it too early is a mistake, not an empty table."""
+    if not created <= revision <= REVISION:
+        raise ValueError(f"the {what} table exists from revision {created} to {REVISION}, "
+                         f"not at revision {revision}")
 
 
 ITEM_COLUMNS: tuple[str, ...] = tuple(c.name for c in make_items_table().columns)

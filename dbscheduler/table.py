@@ -57,7 +57,7 @@ MAX_OPTIONS_LENGTH = 2000
 MAX_ITEM_BYTES = MAX_STATE_BYTES
 """Largest batch item (``push``), in bytes of UTF-8 JSON."""
 
-REVISION = 9
+REVISION = 10
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
@@ -105,7 +105,13 @@ def make_table(
     (:func:`control_columns`; the limits live in ``<table>_groups``); 5 the alert columns
     (:func:`alert_columns`) next to the run history ``<table>_runs``; 6 no column: the batch
     items table ``<table>_items`` (those three: :mod:`dbscheduler.companion_tables`); 7 the
-    trigger's trace link (:func:`trigger_columns`).
+    trigger's trace link (:func:`trigger_columns`); 8 to 10 change only the companion tables.
+
+    What an old revision builds never changes: a later shape is a new revision that this
+    function (or a companion table's builder) adds behind ``revision >= N``, and the helpers
+    below each hold the columns of the one revision they name.
+    ``tests/integration/test_schema_snapshots.py`` compares what each migration creates with
+    a committed snapshot.
 
     >>> make_table("jobs").c.queue_name.name
     'queue_name'

@@ -162,3 +162,9 @@ ALTER TABLE scheduled_tasks_runs ADD COLUMN traceback LONGTEXT;
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0009' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0008';
 
+-- Running upgrade dbscheduler_0009 -> dbscheduler_0010
+
+CREATE INDEX scheduled_tasks_runs_status_idx ON scheduled_tasks_runs (status, finished_at);
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0009';
+

@@ -241,8 +241,10 @@ def select_runs(
         stmt = stmt.where(runs.c.node_id == node)
     if before is not None:
         at, id_ = before
-        stmt = stmt.where(sa.or_(runs.c.finished_at < at,
-                                 sa.and_(runs.c.finished_at == at, runs.c.id < id_)))
+        # "Older than (at, id_)", spelt with a bound the index reads from: a page deep in the
+        # history starts at the cursor instead of walking every newer run to get there.
+        stmt = stmt.where(runs.c.finished_at <= at,
+                          sa.or_(runs.c.finished_at < at, runs.c.id < id_))
     if statuses:
         stmt = stmt.where(runs.c.status.in_(list(statuses)))
     if since is not None:

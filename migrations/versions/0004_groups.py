@@ -41,7 +41,7 @@ def upgrade() -> None:
     for index in _indexes(table):
         op.create_index(index.name, name, list(index.expressions), schema=schema, unique=False,
                         **index.dialect_kwargs)
-    groups = make_groups_table(qualified)
+    groups = make_groups_table(qualified, revision=4)
     op.create_table(groups.name, *(c._copy() for c in groups.columns), schema=groups.schema,
                     **groups.kwargs)
 
@@ -50,7 +50,7 @@ def downgrade() -> None:
     qualified = table_name_from(context.config)
     table = make_table(qualified, revision=4)
     name, schema = table.name, table.schema
-    groups = make_groups_table(qualified)
+    groups = make_groups_table(qualified, revision=4)
     op.drop_table(groups.name, schema=groups.schema)
     for index in reversed(_indexes(table)):
         op.drop_index(index.name, table_name=name, schema=schema)

@@ -24,7 +24,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    items = make_items_table(table_name_from(context.config), sa.MetaData())
+    items = make_items_table(table_name_from(context.config), sa.MetaData(), revision=6)
     op.create_table(items.name, *[c._copy() for c in items.columns], schema=items.schema,
                     **items.kwargs)
     for index in sorted(items.indexes, key=lambda i: str(i.name)):
@@ -33,5 +33,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    items = make_items_table(table_name_from(context.config), sa.MetaData())
+    items = make_items_table(table_name_from(context.config), sa.MetaData(), revision=6)
     op.drop_table(items.name, schema=items.schema)

@@ -24,11 +24,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    nodes = make_nodes_table(table_name_from(context.config), sa.MetaData())
+    nodes = make_nodes_table(table_name_from(context.config), sa.MetaData(), revision=8)
     op.create_table(nodes.name, *[c._copy() for c in nodes.columns], schema=nodes.schema,
                     **nodes.kwargs)
 
 
 def downgrade() -> None:
-    nodes = make_nodes_table(table_name_from(context.config), sa.MetaData())
+    nodes = make_nodes_table(table_name_from(context.config), sa.MetaData(), revision=8)
     op.drop_table(nodes.name, schema=nodes.schema)

@@ -878,8 +878,9 @@ def test_oracle_ddl_is_valid_for_oracle_19() -> None:
     # index, the groups table, the version update; 0005: three columns, the last-success
     # update, an index, the runs table and its two indexes, the version update; 0006: the
     # items table, two indexes, the version update; 0007: a column, the version update; 0008:
-    # the nodes table, the version update; 0009: a column, the version update; the COMMIT
-    assert sql.count("\n/\n") == 42
+    # the nodes table, the version update; 0009: a column, the version update; 0010: an
+    # index, the version update; the COMMIT
+    assert sql.count("\n/\n") == 44
     for ident in re.findall(r"\b[a-z_][a-z0-9_]*\b", sql):
         assert len(ident.encode()) <= 128
 
@@ -1032,6 +1033,16 @@ def test_runs_ddl_on_sql_server_and_oracle() -> None:
                 "(finished_at)") in sql
         assert ("CREATE INDEX scheduled_tasks_alert_idx ON scheduled_tasks "
                 "(alerted_at, alert_after)") in sql
+
+
+def test_the_run_status_index_on_sql_server_and_oracle() -> None:
+    # Revision 10: a status filter reads one status's newest runs from an index.
+    for dialect in ("mssql", "oracle"):
+        sql = offline_sql(dialect)
+        create = ("CREATE INDEX scheduled_tasks_runs_status_idx ON scheduled_tasks_runs "
+                  "(status, finished_at)")
+        assert sql.count(create) == 1, dialect
+        assert sql.index("dbscheduler_0009 -> dbscheduler_0010") < sql.index(create), dialect
 
 
 def test_pruning_deletes_by_id_at_most_a_batch_per_statement(rig: Rig) -> None:
