@@ -1,7 +1,10 @@
 """Finishing executions: fenced writes that hold no lock, one row never failing the others.
 
 PostgreSQL writes a whole batch in one autocommit statement (``UPDATE … FROM (VALUES …)
-RETURNING``, with the run history's rows and ``pg_notify`` in the same statement).
+RETURNING``, with the run history's rows and ``pg_notify`` in the same statement), and
+deletes the rows of the batch's finished one-off jobs in one more (``DELETE … USING``); the
+other databases delete those with one fenced multi-row ``DELETE`` per batch, after their
+run rows.
 MySQL/MariaDB and SQLite write it in two: the run rows' ``INSERT … SELECT``, then one fenced
 multi-row ``UPDATE``, each joining the batch's rows (:mod:`.finish_values`). The other
 databases, and a batch of one, send one fenced ``UPDATE`` per execution in autocommit, each
@@ -35,7 +38,7 @@ from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards, removed_all
-from .finish_values import write_joined, write_values
+from .finish_values import delete_joined, delete_values, write_joined, write_values
 from .history import RunRecord, forget, insert_from, log_first, run_values, settle_success
 from .state import clean_text
 
@@ -256,12 +259,29 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
 
 def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite],
                  landed: set[int]) -> None:
-    """Delete the rows of finished one-off jobs: one fenced statement each, so a job another
-    node took over meanwhile is never deleted under it (its run stays in the history).
-    Adds to ``landed`` the ids of the writes that landed."""
+    """Delete the rows of finished one-off jobs, fenced, so a job another node took over
+    meanwhile is never deleted under it (its run stays in the history): a batch per
+    statement (:func:`.finish_values.delete_values`, :func:`.finish_values.delete_joined`),
+    a batch key's delivery or a batch of one in a statement of its own. Adds to ``landed``
+    the ids of the writes that landed."""
     t = store.table
     with store.autocommit() as conn:
-        for w in writes:
+        alone = [w for w in writes if w.keyed]
+        together = [w for w in writes if not w.keyed]
+        if len(together) == 1:
+            alone, together = [*alone, *together], []
+        if together and store.dialect.update_from_values:
+            landed |= delete_values(store, conn, node_id, together)
+        elif together:
+            most = store.dialect.joined_max
+            for start in range(0, len(together), most):
+                chunk = together[start : start + most]
+                deleted = delete_joined(store, conn, node_id, chunk)
+                if deleted is None:
+                    alone += chunk
+                else:
+                    landed |= deleted
+        for w in alone:
             fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
                             t.c.locked_by == node_id)
             guards = queued_guards(store) if w.keyed else ()

@@ -1,7 +1,9 @@
 """The batch finish as one statement, where the database can update from a derived table of
 the batch's rows (PostgreSQL): ``UPDATE … FROM <rows> RETURNING``, with the run rows'
 ``INSERT`` and the ``NOTIFY`` in the same statement, built once and run with each batch's
-rows as parameters."""
+rows as parameters; elsewhere (MySQL/MariaDB, SQLite) the run rows' ``INSERT … SELECT`` and
+one fenced multi-row ``UPDATE``. Finished one-off jobs are deleted the same way, a batch per
+fenced ``DELETE`` (:func:`delete_values`, :func:`delete_joined`)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from .._notices import due_payload
 from ..context import _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime
-from .history import RUN_COLUMNS, RunRecord, insert_from
+from .history import RUN_COLUMNS, RunRecord, insert_from, log_first
 
 if TYPE_CHECKING:
     from .finish import FinishWrite
     from .hotpath import Store
 
-__all__ = ["write_joined", "write_values"]
+__all__ = ["delete_joined", "delete_values", "write_joined", "write_values"]
 
 
 def write_values(
@@ -282,3 +284,141 @@ def _union_rows(
     ]
     union = selects[0] if len(selects) == 1 else sa.union_all(*selects)
     return union.subquery("w")
+
+
+# -- finished one-off jobs: their rows deleted, a batch per statement -----------------------
+_DELETE_NAMES = ["w_id", "w_token", "w_status", "w_error"]
+
+
+def delete_values(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+) -> set[int]:
+    """Delete the rows of the finished one-off jobs ``writes`` in one fenced
+    ``DELETE … USING <the batch's rows> RETURNING`` (PostgreSQL), with the ``INSERT`` of the
+    run rows of exactly the rows it deleted in the same statement. Returns their ids.
+
+    >>> delete_values(store, conn, "node-1", writes)  # doctest: +SKIP
+    {12, 13}
+    """
+    history = store.history and any(w.run is not None for w in writes)
+    columns = _delete_columns(store, history)
+    rows = [(w.id, w.token, w.status, w.error, *(_run_fields(w.run) if history else ()))
+            for w in writes]
+    key = ("delete_values", history)
+    reusable = store.dialect.batch_params("w", columns, rows)
+    stmt = store.row_statements.get(key)
+    if reusable is not None and stmt is not None:
+        params = reusable
+    else:
+        v, params = store.dialect.batch_rows("w", columns, rows)
+        stmt = _delete_statement(store, v, history)
+        if reusable is not None:
+            store.row_statements[key] = stmt
+    params["w_node"] = node_id
+    ids = {int(r[0]) for r in conn.execute(stmt, params)}
+    _faultpoints.reached("finish")
+    return ids
+
+
+def _delete_columns(store: Store, history: bool) -> list[sa.ColumnClause[Any]]:
+    every = {c.name: c for c in _batch_columns(store, history)}
+    return [every[n] for n in (_DELETE_NAMES + _NAMES_HISTORY[len(_NAMES):] if history
+                               else _DELETE_NAMES)]
+
+
+def _delete_statement(store: Store, v: sa.FromClause, history: bool) -> sa.Executable:
+    t = store.table
+    node = sa.bindparam("w_node", type_=t.c.locked_by.type)
+    keys = store.dialect.batch_keys("w", _delete_columns(store, history)[0], t.c.id)
+    delete = sa.delete(t).where(
+        t.c.id == v.c.w_id, t.c.total_attempt == v.c.w_token, t.c.locked_by == node,
+        *([keys] if keys is not None else []))
+    if not history:
+        return delete.returning(t.c.id)
+    gone = delete.returning(
+        t.c.id, v.c.w_status, v.c.w_error, v.c.r_log, v.c.r_name, v.c.r_token, v.c.r_attempt,
+        v.c.r_node, v.c.r_scheduled, v.c.r_started).cte("gone")
+    logged = insert_from(store, sa.select(
+        gone.c.r_name, gone.c.r_token, gone.c.r_attempt, gone.c.r_node, gone.c.r_scheduled,
+        gone.c.r_started, db_now(), gone.c.w_status, gone.c.w_error,
+    ).where(gone.c.r_log))
+    return sa.select(gone.c.id).add_cte(logged.cte("logged"))
+
+
+def delete_joined(
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+) -> set[int] | None:
+    """Delete the rows of the finished one-off jobs ``writes`` (at most the dialect's
+    ``joined_max``) with one fenced multi-row ``DELETE``, after their run rows: one
+    ``INSERT … SELECT`` of the batch's rows joined to the tasks they still hold where the
+    dialect joins a batch (:func:`write_joined`), else one fenced insert per run row.
+
+    Returns the ids whose rows it deleted (those gone from the table afterwards, read back
+    when the count says some were not), or ``None`` when the run rows could not be written
+    as one statement (one of them is there already: a retried finish), for the caller to
+    write the batch one execution at a time.
+
+    >>> delete_joined(store, conn, "node-1", writes)  # doctest: +SKIP
+    {12, 13}
+    """
+    history = store.history and any(w.run is not None for w in writes)
+    size = len(writes) if len(writes) <= 8 else -(-len(writes) // 8) * 8
+    most = store.dialect.joined_max
+    if size > most:
+        raise ValueError(f"at most {most} writes per joined delete, not {len(writes)}")
+    params: dict[str, Any] = {"j_node": node_id}
+    for n, w in enumerate(writes):
+        params[f"j{n}_w_id"], params[f"j{n}_w_token"] = w.id, w.token
+    for n in range(len(writes), size):
+        # Padding that matches no row: ids are never NULL.
+        params[f"j{n}_w_id"] = params[f"j{n}_w_token"] = None
+    if history and store.dialect.joined_finish:
+        insert, _ = _joined_statements(store, True, size)
+        assert insert is not None
+        padded = dict(params)
+        for n, w in enumerate(writes):
+            for name, value in zip(_NAMES_HISTORY, _row_values(w, True), strict=True):
+                if name in _INSERT_NAMES:
+                    padded[f"j{n}_{name}"] = value
+        for n in range(len(writes), size):
+            for name in _INSERT_NAMES:
+                padded[f"j{n}_{name}"] = 0 if name in _FLAGS else padded.get(f"j{n}_{name}")
+        try:
+            # One autocommit statement: it inserts all its rows or none.
+            conn.execute(insert, padded)
+        except sa.exc.IntegrityError:
+            return None
+        _faultpoints.reached("finish_history")
+    elif history:
+        for w in writes:
+            if w.run is not None:
+                log_first(store, conn, (w.id, w.token, node_id), w.run, w.status, w.error)
+                _faultpoints.reached("finish_history")
+    count = conn.execute(_joined_delete(store, size), params).rowcount
+    _faultpoints.reached("finish")
+    ids = [w.id for w in writes]
+    if count == len(writes):
+        return set(ids)
+    t = store.table
+    # The rows a fence refused are still there (another node holds them); a one-off job's
+    # id is never given to another row.
+    present = {int(r[0]) for r in conn.execute(sa.select(t.c.id).where(t.c.id.in_(ids)))}
+    return {i for i in ids if i not in present}
+
+
+def _joined_delete(store: Store, size: int) -> sa.Executable:
+    """``DELETE … WHERE locked_by = :j_node AND ((id = :j0_w_id AND total_attempt =
+    :j0_w_token) OR …)`` for ``size`` rows, built once per size: the same on every
+    database."""
+    key = ("delete", size)
+    cached: sa.Executable | None = store.joined_statements.get(key)
+    if cached is not None:
+        return cached
+    t, b = store.table, sa.bindparam
+    stmt = sa.delete(t).where(
+        t.c.locked_by == b("j_node", type_=t.c.locked_by.type),
+        sa.or_(*(sa.and_(t.c.id == b(f"j{n}_w_id", type_=sa.BigInteger()),
+                         t.c.total_attempt == b(f"j{n}_w_token", type_=sa.BigInteger()))
+                 for n in range(size))))
+    store.joined_statements[key] = stmt
+    return stmt
