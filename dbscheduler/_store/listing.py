@@ -1,0 +1,206 @@
+"""Listing the tasks table a page at a time: filters, search, paging and counts in SQL.
+
+The dashboard, the REST API and the command line show a page of rows and a few numbers; at
+100,000 rows reading the whole table to filter and count it in Python cost each request
+seconds. Here a page is one ``SELECT … ORDER BY queue_name`` with ``LIMIT``/``OFFSET`` (or a
+keyset, ``queue_name > :after``), which the unique index on ``queue_name`` answers by reading
+about the rows it returns when no filter is narrow; the numbers are one aggregate that sends
+back one row whatever the table's size.
+
+The states are the dashboard's and the command line's (:data:`STATES`); their SQL is the
+Python rule of :func:`dbscheduler.web.views.states_of` and ``TaskInfo.overdue``, so that a
+row listed under a state shows that state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..dialects import db_now
+from ..dialects.types import to_utc
+from .alerts import ONE_OFF_PREFIX, dead_where, overdue_where
+from .base import StoreBase
+
+__all__ = ["FAILING_STATUSES", "STATES", "Listing", "count_listing", "select_listing"]
+
+STATES = ("running", "paused", "failing", "overdue", "idle")
+"""The states a listing filters by, as the dashboard and ``dbscheduler list`` show them."""
+
+FAILING_STATUSES = ("error", "lost", "timeout")
+"""A task whose last run ended so is ``failing``."""
+
+_ESCAPE = "!"
+"""The ``LIKE`` escape character of a search: not ``\\`` (MySQL reads it inside the literal
+too), not ``/`` (names use it)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a listing shows: rows in ``state``, of ``handler``, whose name, handler or
+    schedule contains ``match`` (case-insensitive); batch keys' rows only with
+    ``batch_keys``; ``overdue_after`` as :attr:`TaskInfo.overdue` uses it."""
+
+    state: str | None = None
+    handler: str | None = None
+    match: str | None = None
+    batch_keys: bool = True
+    overdue_after: timedelta = timedelta(seconds=60)
+
+
+def _flag(value: bool) -> sa.BindParameter[bool]:
+    # Flags are compared with bound 0/1, never a boolean literal (SQL Server, old Oracle).
+    return sa.bindparam(None, value, type_=sa.Boolean())
+
+
+def _conditions(t: sa.Table, overdue_after: timedelta) -> dict[str, sa.ColumnElement[bool]]:
+    """Each state but ``idle`` as a condition that is never NULL (a NULL column makes the
+    condition false, so that ``idle``, none of them, can be counted by elimination)."""
+    return {
+        "running": t.c.locked_by.is_not(None),
+        "paused": t.c.paused == _flag(True),
+        "failing": sa.and_(t.c.last_status.is_not(None),
+                           t.c.last_status.in_(FAILING_STATUSES)),
+        "overdue": sa.or_(overdue_where(t, overdue_after), dead_where(t)),
+    }
+
+
+def batch_key_where(store: StoreBase) -> sa.ColumnElement[bool]:
+    """The row is a batch key's (:func:`dbscheduler.web.views.is_batch_key`): it has items
+    waiting, or it is named ``<handler>/<key>`` and scheduled once, as a push makes it."""
+    t, items = store.table, store.items
+    shaped = sa.and_(
+        t.c.handler.is_not(None),
+        t.c.schedule.is_not(None),
+        t.c.handler != t.c.queue_name,
+        t.c.queue_name.like(t.c.handler + "/%"),
+        t.c.schedule.like(ONE_OFF_PREFIX + "%"),
+    )
+    return sa.or_(t.c.queue_name.in_(sa.select(items.c.task_name)), shaped)
+
+
+def _match_where(t: sa.Table, match: str) -> sa.ColumnElement[bool]:
+    needle = match.strip().lower()
+    for special in (_ESCAPE, "%", "_"):
+        needle = needle.replace(special, _ESCAPE + special)
+    pattern = f"%{needle}%"
+    return sa.or_(*(sa.func.lower(col).like(pattern, escape=_ESCAPE)
+                    for col in (t.c.queue_name, t.c.handler, t.c.schedule)))
+
+
+def _one(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
+    """1 where ``condition`` holds, else 0 (NULL included); constants in the text, not
+    parameters: SQL Server types a CASE of parameters badly."""
+    one: sa.ColumnElement[int] = sa.literal_column("1", sa.Integer())
+    zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
+    return sa.case((condition, one), else_=zero)
+
+
+def _idle(states: dict[str, sa.ColumnElement[bool]]) -> sa.ColumnElement[int]:
+    one: sa.ColumnElement[int] = sa.literal_column("1", sa.Integer())
+    zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
+    return sa.case(*((cond, zero) for cond in states.values()), else_=one)
+
+
+def _where(store: StoreBase, listing: Listing, *, with_state: bool = True
+           ) -> list[sa.ColumnElement[bool]]:
+    t = store.table
+    where: list[sa.ColumnElement[bool]] = []
+    if not listing.batch_keys:
+        where.append(sa.not_(batch_key_where(store)))
+    if listing.handler is not None:
+        where.append(t.c.handler == listing.handler)
+    if listing.match and listing.match.strip():
+        where.append(_match_where(t, listing.match))
+    if with_state and listing.state is not None:
+        states = _conditions(t, listing.overdue_after)
+        if listing.state == "idle":
+            where.append(_idle(states) == 1)
+        else:
+            where.append(states[listing.state])
+    return where
+
+
+def listing_statement(store: StoreBase, listing: Listing, limit: int | None, offset: int = 0,
+                      after: str | None = None) -> sa.Select[Any]:
+    """The page's ``SELECT``: the table's columns and the database clock (``db_now_``),
+    ordered by name."""
+    t = store.table
+    stmt = sa.select(t, db_now().label("db_now_")).where(*_where(store, listing))
+    if after is not None:
+        stmt = stmt.where(t.c.queue_name > after)
+    stmt = stmt.order_by(t.c.queue_name)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    if offset:
+        stmt = stmt.offset(offset)
+    return stmt
+
+
+def select_listing(store: StoreBase, listing: Listing, limit: int | None, offset: int = 0,
+                   after: str | None = None) -> list[dict[str, Any]]:
+    """The rows of one page (each with ``db_now_``, the database clock), ordered by name."""
+    stmt = listing_statement(store, listing, limit, offset, after)
+    with store.read() as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+@dataclass(frozen=True)
+class ListingCounts:
+    """One aggregate's answer: see :class:`dbscheduler.client.TaskTotals`."""
+
+    db_now: datetime
+    matching: int
+    states: dict[str, int]
+    batch_keys: int
+
+
+def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
+    """One row: the database clock, the rows left out as batch keys, the rows the listing
+    shows, and those in each state (all filters but the state)."""
+    t = store.table
+    base = _where(store, listing, with_state=False)
+    states = _conditions(t, listing.overdue_after)
+    zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
+
+    def total(expr: sa.ColumnElement[int]) -> sa.ColumnElement[Any]:
+        return sa.func.coalesce(sa.func.sum(expr), zero)
+
+    hidden = batch_key_where(store) if not listing.batch_keys else None
+    # The rows left out as batch keys, counted under the listing's other filters.
+    others = _where(store, Listing(handler=listing.handler, match=listing.match))
+    state_cond = ([states[listing.state]] if listing.state in states
+                  else [_idle(states) == 1] if listing.state == "idle" else [])
+    columns: list[sa.ColumnElement[Any]] = [
+        db_now().label("db_now_"),
+        total(_one(sa.and_(*base, *state_cond)) if base or state_cond
+              else sa.literal_column("1", sa.Integer())).label("matching"),
+        total(_one(sa.and_(*others, hidden)) if hidden is not None else zero
+              ).label("batch_keys"),
+        total(_one(sa.and_(*base)) if base else sa.literal_column("1", sa.Integer())
+              ).label("all_"),
+    ]
+    for name, cond in states.items():
+        columns.append(total(_one(sa.and_(*base, cond))).label(name))
+    columns.append(total(_idle(states) if not base
+                         else sa.case((sa.and_(*base), _idle(states)), else_=zero)).label("idle"))
+    return sa.select(*columns).select_from(t)
+
+
+def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
+    """The numbers of a listing, in one aggregate (one row comes back)."""
+    with store.read() as conn:
+        row = conn.execute(count_statement(store, listing)).one()._mapping
+    now = to_utc(row["db_now_"])
+    assert now is not None
+    counts = {"all": int(row["all_"]), **{s: int(row[s]) for s in STATES}}
+    return ListingCounts(now, int(row["matching"]), counts, int(row["batch_keys"]))
+
+
+def names_of(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The names of ``rows``, in order (the keyset of the next page is the last one)."""
+    return [str(r["queue_name"]) for r in rows]
