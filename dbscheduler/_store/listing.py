@@ -22,7 +22,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..dialects import db_now
-from ..dialects.types import to_utc
 from .alerts import ONE_OFF_PREFIX, dead_where, overdue_where
 from .base import StoreBase
 
@@ -73,12 +72,13 @@ def batch_key_where(store: StoreBase) -> sa.ColumnElement[bool]:
     """The row is a batch key's (:func:`dbscheduler.web.views.is_batch_key`): it has items
     waiting, or it is named ``<handler>/<key>`` and scheduled once, as a push makes it."""
     t, items = store.table, store.items
+    # The cheap tests first: a LIKE whose pattern is a column is compiled for each row.
     shaped = sa.and_(
-        t.c.handler.is_not(None),
         t.c.schedule.is_not(None),
+        t.c.schedule.like(ONE_OFF_PREFIX + "%"),
+        t.c.handler.is_not(None),
         t.c.handler != t.c.queue_name,
         t.c.queue_name.like(t.c.handler + "/%"),
-        t.c.schedule.like(ONE_OFF_PREFIX + "%"),
     )
     return sa.or_(t.c.queue_name.in_(sa.select(items.c.task_name)), shaped)
 
@@ -159,46 +159,48 @@ class ListingCounts:
     batch_keys: int
 
 
+_FLAGS = ("key_", *(s for s in STATES if s != "idle"))
+
+
 def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
-    """One row: the database clock, the rows left out as batch keys, the rows the listing
-    shows, and those in each state (all filters but the state)."""
+    """How many rows of each kind the listing's rows hold: one row per combination of flags
+    (batch key, running, paused, failing, overdue: 32 at most, whatever the table's size)
+    with its count. Each flag is computed once per row, in a derived table, and only the
+    handler and search filters narrow the rows (every number obeys them); the state and the
+    batch keys are applied to the counts (:func:`count_listing`)."""
     t = store.table
-    base = _where(store, listing, with_state=False)
     states = _conditions(t, listing.overdue_after)
     zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
-
-    def total(expr: sa.ColumnElement[int]) -> sa.ColumnElement[Any]:
-        return sa.func.coalesce(sa.func.sum(expr), zero)
-
-    hidden = batch_key_where(store) if not listing.batch_keys else None
-    # The rows left out as batch keys, counted under the listing's other filters.
-    others = _where(store, Listing(handler=listing.handler, match=listing.match))
-    state_cond = ([states[listing.state]] if listing.state in states
-                  else [_idle(states) == 1] if listing.state == "idle" else [])
-    columns: list[sa.ColumnElement[Any]] = [
-        db_now().label("db_now_"),
-        total(_one(sa.and_(*base, *state_cond)) if base or state_cond
-              else sa.literal_column("1", sa.Integer())).label("matching"),
-        total(_one(sa.and_(*others, hidden)) if hidden is not None else zero
-              ).label("batch_keys"),
-        total(_one(sa.and_(*base)) if base else sa.literal_column("1", sa.Integer())
-              ).label("all_"),
-    ]
-    for name, cond in states.items():
-        columns.append(total(_one(sa.and_(*base, cond))).label(name))
-    columns.append(total(_idle(states) if not base
-                         else sa.case((sa.and_(*base), _idle(states)), else_=zero)).label("idle"))
-    return sa.select(*columns).select_from(t)
+    key = _one(batch_key_where(store)) if not listing.batch_keys else zero
+    flags = sa.select(key.label("key_"), *(_one(cond).label(name)
+                                           for name, cond in states.items()))
+    flags = flags.select_from(t).where(*_where(store, Listing(handler=listing.handler,
+                                                                match=listing.match)))
+    sub = flags.subquery("flags")
+    columns = [sub.c[name] for name in _FLAGS]
+    return sa.select(*columns, sa.func.count().label("n")).group_by(*columns)
 
 
 def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
-    """The numbers of a listing, in one aggregate (one row comes back)."""
+    """The numbers of a listing, from one aggregate (at most 32 short rows come back) and
+    the database clock."""
     with store.read() as conn:
-        row = conn.execute(count_statement(store, listing)).one()._mapping
-    now = to_utc(row["db_now_"])
-    assert now is not None
-    counts = {"all": int(row["all_"]), **{s: int(row[s]) for s in STATES}}
-    return ListingCounts(now, int(row["matching"]), counts, int(row["batch_keys"]))
+        found = [dict(r._mapping) for r in conn.execute(count_statement(store, listing))]
+        now = store.now(conn)
+    counts = dict.fromkeys(("all", *STATES), 0)
+    hidden = matching = 0
+    for row in found:
+        n = int(row["n"])
+        if int(row["key_"]):
+            hidden += n
+            continue
+        held = [s for s in STATES if s != "idle" and int(row[s])]
+        counts["all"] += n
+        for state in held or ["idle"]:
+            counts[state] += n
+        if listing.state is None or listing.state in (held or ["idle"]):
+            matching += n
+    return ListingCounts(now, matching, counts, hidden)
 
 
 def names_of(rows: Sequence[dict[str, Any]]) -> list[str]:
