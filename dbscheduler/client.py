@@ -30,7 +30,7 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.bulk import push_many, write_runtime_many
 from ._store.controls import GroupInfo
-from ._store.listing import STATES, Listing, count_listing, select_listing
+from ._store.listing import STATES, Listing, count_listing, count_matching, select_listing
 from ._store.throughput import finished_since
 from ._taskinfo import task_info
 from .bulk import PushItem, ScheduleItem, push_rows, runtime_rows
@@ -258,6 +258,21 @@ class Client(GroupsAndBatches):
         listing = self._listing(state, handler, match, batch_keys, overdue_after)
         found = count_listing(self._store, listing)
         return TaskTotals(found.db_now, found.matching, found.states, found.batch_keys)
+
+    def count_tasks(
+        self, *, state: str | None = None, handler: str | None = None,
+        match: str | None = None, batch_keys: bool = True,
+        overdue_after: timedelta | None = None,
+    ) -> int:
+        """How many rows :meth:`tasks` gives with these filters, by one ``COUNT(*)``: cheaper
+        than :meth:`task_totals` when the numbers by state are not needed (a health check,
+        the "N more" of a page).
+
+        >>> client.count_tasks(handler="send-mail")   # doctest: +SKIP
+        1200
+        """
+        listing = self._listing(state, handler, match, batch_keys, overdue_after)
+        return count_matching(self._store, listing)
 
     def _listing(self, state: str | None, handler: str | None, match: str | None,
                  batch_keys: bool, overdue_after: timedelta | None) -> Listing:

@@ -15,7 +15,7 @@ row listed under a state shows that state.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,7 +25,8 @@ from ..dialects import db_now
 from .alerts import ONE_OFF_PREFIX, dead_where, overdue_where
 from .base import StoreBase
 
-__all__ = ["FAILING_STATUSES", "STATES", "Listing", "count_listing", "select_listing"]
+__all__ = ["FAILING_STATUSES", "STATES", "Listing", "count_listing", "count_matching",
+           "select_listing"]
 
 STATES = ("running", "paused", "failing", "overdue", "idle")
 """The states a listing filters by, as the dashboard and ``dbscheduler list`` show them."""
@@ -68,9 +69,12 @@ def _conditions(t: sa.Table, overdue_after: timedelta) -> dict[str, sa.ColumnEle
     }
 
 
-def batch_key_where(store: StoreBase) -> sa.ColumnElement[bool]:
+def batch_key_where(store: StoreBase, pending: sa.ColumnElement[Any] | None = None
+                    ) -> sa.ColumnElement[bool]:
     """The row is a batch key's (:func:`dbscheduler.web.views.is_batch_key`): it has items
-    waiting, or it is named ``<handler>/<key>`` and scheduled once, as a push makes it."""
+    waiting, or it is named ``<handler>/<key>`` and scheduled once, as a push makes it.
+    ``pending``: the name column of the keys with items, joined to the row by the caller
+    (else a subquery asks)."""
     t, items = store.table, store.items
     # The cheap tests first: a LIKE whose pattern is a column is compiled for each row.
     shaped = sa.and_(
@@ -80,7 +84,9 @@ def batch_key_where(store: StoreBase) -> sa.ColumnElement[bool]:
         t.c.handler != t.c.queue_name,
         t.c.queue_name.like(t.c.handler + "/%"),
     )
-    return sa.or_(t.c.queue_name.in_(sa.select(items.c.task_name)), shaped)
+    waiting = (t.c.queue_name.in_(sa.select(items.c.task_name)) if pending is None
+               else pending.is_not(None))
+    return sa.or_(waiting, shaped)
 
 
 def _match_where(t: sa.Table, match: str) -> sa.ColumnElement[bool]:
@@ -159,6 +165,20 @@ class ListingCounts:
     batch_keys: int
 
 
+def _with_pending(store: StoreBase, listing: Listing
+                  ) -> tuple[sa.FromClause, sa.ColumnElement[bool] | None]:
+    """What a count reads: the table, joined to the keys with items waiting when batch keys
+    are left out, and the condition that says a row is one (None when they are not)."""
+    if listing.batch_keys:
+        return store.table, None
+    # Joined once, not a subquery per row: MariaDB runs such a subquery for each row of the
+    # scan (three times the count's cost at 100,000 rows).
+    t = store.table
+    pending = sa.select(store.items.c.task_name.label("name")).distinct().subquery("pending")
+    return (t.outerjoin(pending, pending.c.name == t.c.queue_name),
+            batch_key_where(store, pending.c.name))
+
+
 _FLAGS = ("key_", *(s for s in STATES if s != "idle"))
 
 
@@ -171,11 +191,12 @@ def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
     t = store.table
     states = _conditions(t, listing.overdue_after)
     zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
-    key = _one(batch_key_where(store)) if not listing.batch_keys else zero
+    source, is_key = _with_pending(store, listing)
+    key = zero if is_key is None else _one(is_key)
     flags = sa.select(key.label("key_"), *(_one(cond).label(name)
                                            for name, cond in states.items()))
-    flags = flags.select_from(t).where(*_where(store, Listing(handler=listing.handler,
-                                                                match=listing.match)))
+    flags = flags.select_from(source).where(*_where(store, Listing(handler=listing.handler,
+                                                                     match=listing.match)))
     sub = flags.subquery("flags")
     columns = [sub.c[name] for name in _FLAGS]
     return sa.select(*columns, sa.func.count().label("n")).group_by(*columns)
@@ -201,6 +222,18 @@ def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
         if listing.state is None or listing.state in (held or ["idle"]):
             matching += n
     return ListingCounts(now, matching, counts, hidden)
+
+
+def count_matching(store: StoreBase, listing: Listing) -> int:
+    """How many rows the listing gives, by one ``COUNT(*)`` (no flag computed for rows the
+    filters do not ask about: without filters, the cheapest count the database has)."""
+    source, is_key = _with_pending(store, listing)
+    where = _where(store, replace(listing, batch_keys=True))
+    if is_key is not None:
+        where.append(sa.not_(is_key))
+    stmt = sa.select(sa.func.count()).select_from(source).where(*where)
+    with store.read() as conn:
+        return int(conn.execute(stmt).scalar_one())
 
 
 def names_of(rows: Sequence[dict[str, Any]]) -> list[str]:

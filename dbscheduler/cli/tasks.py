@@ -73,15 +73,21 @@ def list_(as_json: bool, limit: int, offset: int, handler: str | None, state: st
     target = resolve(url, table)
     filters: dict[str, Any] = {"state": state, "handler": handler, "match": match or None}
     with opened(target, overdue_after) as client:
-        totals = client.task_totals(**filters)
+        # One COUNT(*) for the footer; the numbers by state only where the caption says one.
+        matching = client.count_tasks(**filters)
         rows = client.iter_tasks(**filters, limit=limit or None, offset=offset,
                                  chunk=min(limit or CHUNK, CHUNK))
         if as_json:
             shown = stream_json(info.to_dict() for info in rows)
         else:
-            shown = _print_tables(rows, totals.db_now, target, output == "wide",
-                                  totals.matching, offset, state, totals.states["overdue"])
-    more = max(0, totals.matching - offset - shown)
+            late: int | None = None
+            if state is None:
+                late = client.count_tasks(**{**filters, "state": "overdue"})
+            elif state == "overdue":
+                late = matching
+            shown = _print_tables(rows, client.db_now(), target, output == "wide", matching,
+                                  offset, late)
+    more = max(0, matching - offset - shown)
     if as_json:
         if more:
             # On stderr: stdout stays one JSON document.
@@ -90,9 +96,9 @@ def list_(as_json: bool, limit: int, offset: int, handler: str | None, state: st
         narrowed = handler or match or state not in (None, "overdue")
         filtered = " matching the filters" if narrowed else ""
         what = "overdue tasks" if state == "overdue" else "tasks"
-        beyond = f" after the first {offset}" if offset and totals.matching else ""
+        beyond = f" after the first {offset}" if offset and matching else ""
         click.echo(f"no {what}{filtered}{beyond} in table {target.table} on {target.safe_url}")
-    if overdue and totals.matching:
+    if overdue and matching:
         click.get_current_context().exit(1)
 
 
@@ -103,7 +109,7 @@ def _more_hint(more: int, next_offset: int, limit: int) -> str:
 
 
 def _print_tables(rows: Iterator[TaskInfo], now: datetime, target: Target, wide: bool,
-                  matching: int, offset: int, state: str | None, overdue_total: int) -> int:
+                  matching: int, offset: int, late: int | None) -> int:
     """Print ``rows`` as tables of up to :data:`CHUNK` rows (the caption and footer under the
     last); returns how many were printed."""
     shown = 0
@@ -119,8 +125,6 @@ def _print_tables(rows: Iterator[TaskInfo], now: datetime, target: Target, wide:
         last = nxt is None
         caption = ""
         if last:
-            late = overdue_total if state is None else (
-                matching if state == "overdue" else None)
             caption = _caption(shown, matching, offset, target, now, late)
             more = max(0, matching - offset - shown)
             if more:
