@@ -118,18 +118,21 @@ def _task(client: Client, name: str) -> dict[str, Any]:
 def list_tasks(
     request: Request,
     state: StateParam = None,
-    q: Annotated[str | None, Query(description="part of the name or schedule")] = None,
+    q: Annotated[str | None, Query(description="part of the name, handler or schedule",
+                                   max_length=255)] = None,
+    handler: Annotated[str | None, Query(description="only the tasks this handler runs",
+                                         min_length=1, max_length=255)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
     kind: Annotated[Literal["tasks", "all"], Query(
         description="tasks: leave batch keys out (they are listed by /api/batches); all: "
                     "every row")] = "tasks",
 ) -> JSONResponse:
-    """Tasks ordered by name, filtered by state and search text, one page at a time; batch
-    keys only with ``kind=all``. Filtered, paged and counted by the database: a page costs
-    the same in a table of any size."""
+    """Tasks ordered by name, filtered by state, handler and search text, one page at a
+    time; batch keys only with ``kind=all``. Filtered, paged and counted by the database: a
+    page costs the same in a table of any size."""
     client = client_of(request)
-    listing = listing_filters(client, state, q, kind)
+    listing = {**listing_filters(client, state, q, kind), "handler": handler}
     totals = client.task_totals(**listing)
     infos = client.tasks(**listing, limit=limit, offset=offset)
     return JSONResponse({
@@ -149,7 +152,9 @@ def listing_filters(client: Client, state: str | None, q: str | None, kind: str 
     state, search text and kind: batch keys left out unless ``kind`` is ``all``; overdue as
     :func:`~dbscheduler.web.views.states_of` says (late by :data:`OVERDUE_AFTER`, or by the
     client's own ``overdue_after`` if shorter)."""
-    return {"state": state if state in STATES else None, "match": (q or "").strip() or None,
+    # A search box cannot hold more than a name's length of useful text.
+    return {"state": state if state in STATES else None,
+            "match": (q or "").strip()[:255] or None,
             "batch_keys": kind == "all",
             "overdue_after": min(client.overdue_after, OVERDUE_AFTER)}
 
