@@ -78,10 +78,11 @@ class TaskTotals:
 
     ``matching``: the rows the same filters give :meth:`Client.tasks` (over all pages);
     ``states``: ``{"all": n, "running": n, "paused": n, "failing": n, "overdue": n,
-    "idle": n}`` under every filter but the state (a task may be in several: a paused task
-    that fails is both; ``idle`` is none of the others); ``batch_keys``: the rows left out
-    as batch keys (0 unless ``batch_keys=False``); ``db_now``: the database clock they were
-    counted on.
+    "idle": n}`` under the handler filter and without batch keys, but whatever the state
+    and the search (what each of the dashboard's state filters would show; a task may be in
+    several: a paused task that fails is both; ``idle`` is none of the others);
+    ``batch_keys``: the rows left out as batch keys (0 unless ``batch_keys=False``);
+    ``db_now``: the database clock they were counted on.
 
     >>> client.task_totals(state="failing").matching          # doctest: +SKIP
     3
@@ -291,7 +292,8 @@ class Client(GroupsAndBatches):
             overdue_after = self.overdue_after
         if not isinstance(overdue_after, timedelta) or overdue_after < timedelta(0):
             raise ValueError(f"overdue_after must be a timedelta >= 0, got {overdue_after!r}")
-        return Listing(state, handler, match or None, batch_keys, overdue_after)
+        return Listing(state, handler, match if match and match.strip() else None, batch_keys,
+                       overdue_after)
 
     def runs(
         self,

@@ -14,7 +14,6 @@ row listed under a state shows that state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -112,8 +111,7 @@ def _idle(states: dict[str, sa.ColumnElement[bool]]) -> sa.ColumnElement[int]:
     return sa.case(*((cond, zero) for cond in states.values()), else_=one)
 
 
-def _where(store: StoreBase, listing: Listing, *, with_state: bool = True
-           ) -> list[sa.ColumnElement[bool]]:
+def _where(store: StoreBase, listing: Listing) -> list[sa.ColumnElement[bool]]:
     t = store.table
     where: list[sa.ColumnElement[bool]] = []
     if not listing.batch_keys:
@@ -122,7 +120,7 @@ def _where(store: StoreBase, listing: Listing, *, with_state: bool = True
         where.append(t.c.handler == listing.handler)
     if listing.match and listing.match.strip():
         where.append(_match_where(t, listing.match))
-    if with_state and listing.state is not None:
+    if listing.state is not None:
         states = _conditions(t, listing.overdue_after)
         if listing.state == "idle":
             where.append(_idle(states) == 1)
@@ -179,32 +177,35 @@ def _with_pending(store: StoreBase, listing: Listing
             batch_key_where(store, pending.c.name))
 
 
-_FLAGS = ("key_", *(s for s in STATES if s != "idle"))
+_FLAGS = ("key_", "match_", *(s for s in STATES if s != "idle"))
 
 
 def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
     """How many rows of each kind the listing's rows hold: one row per combination of flags
-    (batch key, running, paused, failing, overdue: 32 at most, whatever the table's size)
-    with its count. Each flag is computed once per row, in a derived table, and only the
-    handler and search filters narrow the rows (every number obeys them); the state and the
+    (batch key, running, paused, failing, overdue, and whether the search matches: 64 at
+    most, whatever the table's size) with its count. Each flag is computed once per row, in
+    a derived table; only the handler filter narrows the rows, the state, the search and the
     batch keys are applied to the counts (:func:`count_listing`)."""
     t = store.table
     states = _conditions(t, listing.overdue_after)
     zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
+    one: sa.ColumnElement[int] = sa.literal_column("1", sa.Integer())
     source, is_key = _with_pending(store, listing)
     key = zero if is_key is None else _one(is_key)
-    flags = sa.select(key.label("key_"), *(_one(cond).label(name)
-                                           for name, cond in states.items()))
-    flags = flags.select_from(source).where(*_where(store, Listing(handler=listing.handler,
-                                                                     match=listing.match)))
+    searched = _one(_match_where(t, listing.match)) if listing.match else one
+    flags = sa.select(key.label("key_"), searched.label("match_"),
+                      *(_one(cond).label(name) for name, cond in states.items()))
+    flags = flags.select_from(source).where(*_where(store, Listing(handler=listing.handler)))
     sub = flags.subquery("flags")
     columns = [sub.c[name] for name in _FLAGS]
     return sa.select(*columns, sa.func.count().label("n")).group_by(*columns)
 
 
 def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
-    """The numbers of a listing, from one aggregate (at most 32 short rows come back) and
-    the database clock."""
+    """The numbers of a listing, from one aggregate (at most 64 short rows come back) and
+    the database clock: ``states`` under the handler filter (neither the state nor the
+    search: the dashboard's filters count what a click on them shows), ``matching`` under
+    every filter."""
     with store.read() as conn:
         found = [dict(r._mapping) for r in conn.execute(count_statement(store, listing))]
         now = store.now(conn)
@@ -215,11 +216,11 @@ def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
         if int(row["key_"]):
             hidden += n
             continue
-        held = [s for s in STATES if s != "idle" and int(row[s])]
+        held = [s for s in STATES if s != "idle" and int(row[s])] or ["idle"]
         counts["all"] += n
-        for state in held or ["idle"]:
+        for state in held:
             counts[state] += n
-        if listing.state is None or listing.state in (held or ["idle"]):
+        if int(row["match_"]) and (listing.state is None or listing.state in held):
             matching += n
     return ListingCounts(now, matching, counts, hidden)
 
@@ -234,8 +235,3 @@ def count_matching(store: StoreBase, listing: Listing) -> int:
     stmt = sa.select(sa.func.count()).select_from(source).where(*where)
     with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
-
-
-def names_of(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The names of ``rows``, in order (the keyset of the next page is the last one)."""
-    return [str(r["queue_name"]) for r in rows]

@@ -36,12 +36,13 @@ def test_a_filtered_page_is_limited_and_ordered_by_the_database(rig: Rig) -> Non
 
 def test_counts_are_grouped_rows_added_up_by_the_client(rig: Rig) -> None:
     client = Client(engine=rig.engine, table=rig.store.table_name)
-    columns = ["key_", "running", "paused", "failing", "overdue", "n"]
-    rig.db.on(r"GROUP BY", Reply(columns, [(1, 0, 0, 0, 0, 2), (0, 0, 1, 1, 0, 3),
-                                           (0, 0, 0, 0, 0, 10), (0, 1, 0, 0, 1, 1)]))
+    columns = ["key_", "match_", "running", "paused", "failing", "overdue", "n"]
+    rig.db.on(r"GROUP BY", Reply(columns, [
+        (1, 1, 0, 0, 0, 0, 2), (0, 1, 0, 1, 1, 0, 3), (0, 0, 0, 1, 0, 0, 4),
+        (0, 1, 0, 0, 0, 0, 10), (0, 1, 1, 0, 0, 1, 1)]))
     totals = client.task_totals(state="paused", match="r-", batch_keys=False)
-    assert (totals.matching, totals.batch_keys) == (3, 2)
-    assert totals.states == {"all": 14, "running": 1, "paused": 3, "failing": 3,
+    assert (totals.matching, totals.batch_keys) == (3, 2)  # paused and found by the search
+    assert totals.states == {"all": 18, "running": 1, "paused": 7, "failing": 3,
                              "overdue": 1, "idle": 10}
     assert totals.db_now == NOW or totals.db_now.tzinfo is not None
     (grouped,) = rig.db.find(r"GROUP BY")
