@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -30,6 +30,7 @@ from ._store import (
 from ._store.alerts import dead_where, overdue_where
 from ._store.bulk import push_many, write_runtime_many
 from ._store.controls import GroupInfo
+from ._store.listing import STATES, Listing, count_listing, count_matching, select_listing
 from ._store.throughput import finished_since
 from ._taskinfo import task_info
 from .bulk import PushItem, ScheduleItem, push_rows, runtime_rows
@@ -42,7 +43,7 @@ from .runtime import once_at, runtime_row
 from .schedules import Schedule
 from .table import DEFAULT_TABLE, RUN_STATUSES
 
-__all__ = ["Client", "GroupInfo", "NodeInfo", "TaskCounts", "task_info"]
+__all__ = ["Client", "GroupInfo", "NodeInfo", "TaskCounts", "TaskTotals", "task_info"]
 
 log = engine_log("dbscheduler.client")
 _warnings = logging.getLogger("dbscheduler.client")
@@ -69,6 +70,28 @@ class TaskCounts:
     paused: int
     overdue: int
     idle: int
+
+
+@dataclass(frozen=True)
+class TaskTotals:
+    """The numbers of a filtered listing, from :meth:`Client.task_totals` (one aggregate).
+
+    ``matching``: the rows the same filters give :meth:`Client.tasks` (over all pages);
+    ``states``: ``{"all": n, "running": n, "paused": n, "failing": n, "overdue": n,
+    "idle": n}`` under the handler filter and without batch keys, but whatever the state
+    and the search (what each of the dashboard's state filters would show; a task may be in
+    several: a paused task that fails is both; ``idle`` is none of the others);
+    ``batch_keys``: the rows left out as batch keys (0 unless ``batch_keys=False``);
+    ``db_now``: the database clock they were counted on.
+
+    >>> client.task_totals(state="failing").matching          # doctest: +SKIP
+    3
+    """
+
+    db_now: datetime
+    matching: int
+    states: dict[str, int]
+    batch_keys: int
 
 
 class Client(GroupsAndBatches):
@@ -149,14 +172,128 @@ class Client(GroupsAndBatches):
             row = self._row(conn, name)
         return task_info(row, now=row["db_now_"], overdue_after=self.overdue_after)
 
-    def tasks(self) -> list[TaskInfo]:
+    def tasks(
+        self, *, state: str | None = None, handler: str | None = None,
+        match: str | None = None, limit: int | None = None, offset: int = 0,
+        after: str | None = None, batch_keys: bool = True,
+        overdue_after: timedelta | None = None,
+    ) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every row in the table, ordered by name (dbscheduler's own
-        tasks, such as ``dbscheduler.prune-runs``, included: :attr:`TaskInfo.builtin`)."""
-        t = self._store.table
-        with self._store.read() as conn:
-            rows = conn.execute(sa.select(t, db_now().label("db_now_")).order_by(t.c.queue_name))
-            return [task_info(dict(r._mapping), now=r.db_now_, overdue_after=self.overdue_after)
-                    for r in rows]
+        tasks, such as ``dbscheduler.prune-runs``, included: :attr:`TaskInfo.builtin`).
+
+        The filters are applied by the database, which reads about the rows of the page when
+        no filter is narrow (a page of a large table costs what a page of a small one does):
+
+        * ``state``: one of ``running``, ``paused``, ``failing`` (the last run ended in error,
+          was lost or timed out), ``overdue`` (:attr:`TaskInfo.overdue`) or ``idle`` (none of
+          these);
+        * ``handler``: only the rows this handler runs;
+        * ``match``: text the name, handler or schedule contains (case-insensitive);
+        * ``batch_keys=False``: leave out the rows of batch keys (``<handler>/<key>``);
+        * ``limit`` rows at most (all when None), after skipping ``offset``, or, for pages
+          that stay put while rows come and go, those named after ``after`` (the last name
+          of the previous page);
+        * ``overdue_after``: the lateness the ``overdue`` state uses (the client's when None).
+
+        :meth:`task_totals` counts what the same filters give; :meth:`iter_tasks` streams a
+        large listing a chunk at a time.
+
+        >>> [i.name for i in client.tasks(state="failing", match="report", limit=2)]
+        ... # doctest: +SKIP
+        ['report-eu', 'report-us']
+        """
+        listing = self._listing(state, handler, match, batch_keys, overdue_after)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or not 1 <= limit <= 1_000_000):
+            raise ValueError(f"limit must be an integer from 1 to 1000000 or None, got "
+                             f"{limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        if after is not None and not isinstance(after, str):
+            raise ValueError(f"after must be a task name, got {after!r}")
+        rows = select_listing(self._store, listing, limit, offset, after)
+        return [task_info(r, now=r["db_now_"], overdue_after=listing.overdue_after)
+                for r in rows]
+
+    def iter_tasks(
+        self, *, state: str | None = None, handler: str | None = None,
+        match: str | None = None, limit: int | None = None, offset: int = 0,
+        batch_keys: bool = True, overdue_after: timedelta | None = None, chunk: int = 500,
+    ) -> Iterator[TaskInfo]:
+        """The tasks :meth:`tasks` lists with the same filters, read ``chunk`` rows per
+        statement (each page after the last name of the one before): memory stays flat
+        however many rows there are, and no statement stays open between chunks.
+
+        >>> for info in client.iter_tasks(handler="send-mail"):   # doctest: +SKIP
+        ...     print(info.name)
+        """
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
+            raise ValueError(f"chunk must be an integer from 1 to 100000, got {chunk!r}")
+        left = limit
+        after: str | None = None
+        while left is None or left > 0:
+            size = chunk if left is None else min(chunk, left)
+            page = self.tasks(state=state, handler=handler, match=match, limit=size,
+                              offset=offset if after is None else 0, after=after,
+                              batch_keys=batch_keys, overdue_after=overdue_after)
+            yield from page
+            if len(page) < size:
+                return
+            after = page[-1].name
+            if left is not None:
+                left -= len(page)
+
+    def task_totals(
+        self, *, state: str | None = None, handler: str | None = None,
+        match: str | None = None, batch_keys: bool = True,
+        overdue_after: timedelta | None = None,
+    ) -> TaskTotals:
+        """How many rows :meth:`tasks` gives with these filters, and how many of them are in
+        each state, counted by one aggregate query (one row comes back, whatever the size
+        of the table): see :class:`TaskTotals`.
+
+        >>> totals = client.task_totals(batch_keys=False)           # doctest: +SKIP
+        >>> totals.matching, totals.states["overdue"]              # doctest: +SKIP
+        (10512, 3)
+        """
+        listing = self._listing(state, handler, match, batch_keys, overdue_after)
+        found = count_listing(self._store, listing)
+        return TaskTotals(found.db_now, found.matching, found.states, found.batch_keys)
+
+    def count_tasks(
+        self, *, state: str | None = None, handler: str | None = None,
+        match: str | None = None, batch_keys: bool = True,
+        overdue_after: timedelta | None = None,
+    ) -> int:
+        """How many rows :meth:`tasks` gives with these filters, by one ``COUNT(*)``: cheaper
+        than :meth:`task_totals` when the numbers by state are not needed (a health check,
+        the "N more" of a page).
+
+        >>> client.count_tasks(handler="send-mail")   # doctest: +SKIP
+        1200
+        """
+        listing = self._listing(state, handler, match, batch_keys, overdue_after)
+        return count_matching(self._store, listing)
+
+    def _listing(self, state: str | None, handler: str | None, match: str | None,
+                 batch_keys: bool, overdue_after: timedelta | None) -> Listing:
+        """The filters of :meth:`tasks`, checked: ``ValueError`` naming the bad one."""
+        if state is not None and state not in STATES:
+            raise ValueError(f"unknown state {state!r}; use one of {', '.join(STATES)}")
+        if handler is not None and (not isinstance(handler, str) or not handler):
+            raise ValueError(f"handler must be a handler's name, got {handler!r}")
+        if match is not None and not isinstance(match, str):
+            raise ValueError(f"match must be text, got {match!r}")
+        if match is not None and len(match) > 255:
+            raise ValueError(f"match is {len(match)} characters long; the limit is 255")
+        if not isinstance(batch_keys, bool):
+            raise ValueError(f"batch_keys must be True or False, got {batch_keys!r}")
+        if overdue_after is None:
+            overdue_after = self.overdue_after
+        if not isinstance(overdue_after, timedelta) or overdue_after < timedelta(0):
+            raise ValueError(f"overdue_after must be a timedelta >= 0, got {overdue_after!r}")
+        return Listing(state, handler, match if match and match.strip() else None, batch_keys,
+                       overdue_after)
 
     def runs(
         self,

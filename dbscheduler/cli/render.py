@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -161,24 +161,27 @@ def fitted(build: Callable[[frozenset[str]], Table], drops: Sequence[str]) -> Ta
     return table
 
 
-def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target, wide: bool = False
-                ) -> Table:
+def tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target, wide: bool = False,
+                caption: str | None = None) -> Table:
     """The ``list`` table: one line per task, overdue ones marked; in a narrow terminal the
-    least needed columns go (unless ``wide``) rather than a name being broken."""
+    least needed columns go (unless ``wide``) rather than a name being broken. ``caption``
+    replaces the count under it (``""``: none, for a part of a longer listing)."""
     if wide:
-        return _tasks_table(infos, now, target, frozenset())
-    return fitted(lambda out: _tasks_table(infos, now, target, out), NARROW_DROPS)
+        return _tasks_table(infos, now, target, frozenset(), caption)
+    return fitted(lambda out: _tasks_table(infos, now, target, out, caption), NARROW_DROPS)
 
 
 def _tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target,
-                 left_out: frozenset[str]) -> Table:
-    late = sum(1 for i in infos if i.overdue)
+                 left_out: frozenset[str], caption: str | None = None) -> Table:
+    if caption is None:
+        late = sum(1 for i in infos if i.overdue)
+        caption = (f"{len(infos)} task(s) in {target.table}"
+                   + (f", {late} overdue" if late else "")
+                   + f", database time {fmt_time(now)} UTC")
     table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
-        caption=f"{len(infos)} task(s) in {target.table}"
-                + (f", {late} overdue" if late else "")
-                + f", database time {fmt_time(now)} UTC",
+        caption=caption or None,
         caption_justify="left",
     )
     # Options only when a task has any: a narrow terminal has no room for an empty column.
@@ -221,7 +224,8 @@ def _tasks_table(infos: Sequence[TaskInfo], now: datetime, target: Target,
         table.add_row(*cells)
     if left_out:
         gone = [c for c in NARROW_DROPS if c in left_out]
-        table.caption = f"{table.caption}\nleft out to fit: {', '.join(gone)} (-o wide)"
+        fit = f"left out to fit: {', '.join(gone)} (-o wide)"
+        table.caption = f"{table.caption}\n{fit}" if table.caption else fit
     return table
 
 
@@ -323,6 +327,37 @@ def runs_table(runs: Sequence[RunInfo], now: datetime, caption: str) -> Table:
             Text(run.error or "-", style="red" if run.error else "dim"),
         )
     return table
+
+
+STREAM_BATCH = 500
+"""Objects :func:`stream_json` writes per call to stdout."""
+
+
+def stream_json(values: Iterable[Any]) -> int:
+    """Print ``values`` as one JSON array on stdout, one object per line, each written as
+    it comes (a few hundred per write) rather than held all at once; returns how many.
+
+    >>> stream_json(iter([{"name": "a"}, {"name": "b"}]))   # doctest: +SKIP
+    [
+    {"name": "a"},
+    {"name": "b"}
+    ]
+    2
+    """
+    count = 0
+    lines: list[str] = []
+    # Compact objects: the indenting encoder is pure Python and several times slower.
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    for value in values:
+        lines.append(encode(value))
+        count += 1
+        if len(lines) == STREAM_BATCH:
+            click.echo(("[\n" if count == STREAM_BATCH else ",\n") + ",\n".join(lines), nl=False)
+            lines = []
+    if lines:
+        click.echo(("[\n" if count == len(lines) else ",\n") + ",\n".join(lines), nl=False)
+    click.echo("\n]" if count else "[]")
+    return count
 
 
 def emit_json(value: Any) -> None:

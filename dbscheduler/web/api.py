@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..bulk import ScheduleItem
 from ..client import Client
-from ..context import TaskInfo
 from ..errors import SchedulerError, TaskNotFound, TaskRunning
 from ..schedules import parse
 from .models import (
@@ -41,12 +40,9 @@ from .models import (
     UpcomingTimes,
 )
 from .views import (
+    OVERDUE_AFTER,
     STATES,
-    count_states,
     describe_schedule,
-    filter_tasks,
-    is_batch_key,
-    paginate,
     preview,
     upcoming,
 )
@@ -122,39 +118,45 @@ def _task(client: Client, name: str) -> dict[str, Any]:
 def list_tasks(
     request: Request,
     state: StateParam = None,
-    q: Annotated[str | None, Query(description="part of the name or schedule")] = None,
+    q: Annotated[str | None, Query(description="part of the name, handler or schedule",
+                                   max_length=255)] = None,
+    handler: Annotated[str | None, Query(description="only the tasks this handler runs",
+                                         min_length=1, max_length=255)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
     kind: Annotated[Literal["tasks", "all"], Query(
         description="tasks: leave batch keys out (they are listed by /api/batches); all: "
                     "every row")] = "tasks",
 ) -> JSONResponse:
-    """Tasks ordered by name, filtered by state and search text, one page at a time; batch
-    keys only with ``kind=all``."""
+    """Tasks ordered by name, filtered by state, handler and search text, one page at a
+    time; batch keys only with ``kind=all``. Filtered, paged and counted by the database: a
+    page costs the same in a table of any size."""
     client = client_of(request)
-    infos, hidden = without_batch_keys(client, client.tasks(), kind)
-    now = client.db_now()
-    page = paginate(filter_tasks(infos, now, state, q), limit, offset)
+    listing = {**listing_filters(client, state, q, kind), "handler": handler}
+    totals = client.task_totals(**listing)
+    infos = client.tasks(**listing, limit=limit, offset=offset)
     return JSONResponse({
-        "tasks": [info.to_dict() for info in page.items],
-        "total": page.total,
+        "tasks": [info.to_dict() for info in infos],
+        "total": totals.matching,
         "limit": limit,
         "offset": offset,
-        "counts": count_states(infos, now),
-        "db_now": now.isoformat(),
-        "batch_keys": hidden,
+        "counts": totals.states,
+        "db_now": totals.db_now.isoformat(),
+        "batch_keys": totals.batch_keys,
     })
 
 
-def without_batch_keys(client: Client, infos: list[TaskInfo], kind: str
-                       ) -> tuple[list[TaskInfo], int]:
-    """``infos`` without the batch keys' rows unless ``kind`` is ``all``, and how many were
-    left out."""
-    if kind == "all":
-        return infos, 0
-    pending = {b.name for b in client.batches()}
-    kept = [info for info in infos if not is_batch_key(info, pending)]
-    return kept, len(infos) - len(kept)
+def listing_filters(client: Client, state: str | None, q: str | None, kind: str | None
+                    ) -> dict[str, Any]:
+    """The keyword arguments of ``Client.tasks()`` and ``task_totals()`` for the listing's
+    state, search text and kind: batch keys left out unless ``kind`` is ``all``; overdue as
+    :func:`~dbscheduler.web.views.states_of` says (late by :data:`OVERDUE_AFTER`, or by the
+    client's own ``overdue_after`` if shorter)."""
+    # A search box cannot hold more than a name's length of useful text.
+    return {"state": state if state in STATES else None,
+            "match": (q or "").strip()[:255] or None,
+            "batch_keys": kind == "all",
+            "overdue_after": min(client.overdue_after, OVERDUE_AFTER)}
 
 
 def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
@@ -163,8 +165,8 @@ def _bulk(request: Request, body: BulkBody, action: str) -> JSONResponse:
         names = list(dict.fromkeys(body.names))
     else:
         # What the tasks listing shows: batch keys are dropped on the batches page.
-        shown, _ = without_batch_keys(client, client.tasks(), "tasks")
-        names = [i.name for i in filter_tasks(shown, client.db_now(), body.state, body.q)]
+        names = [i.name for i in client.iter_tasks(
+            **listing_filters(client, body.state, body.q, "tasks"))]
     done: list[str] = []
     failed: list[dict[str, str]] = []
     for name in names:
@@ -437,7 +439,7 @@ def health(request: Request) -> JSONResponse:
     client = client_of(request)
     try:
         now = client.db_now()
-        count = len(client.tasks())
+        count = client.count_tasks()  # one COUNT(*): one row back, whatever the size
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         logger.warning("health check failed: %s", reason)

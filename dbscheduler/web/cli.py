@@ -86,7 +86,7 @@ def web(host: str, port: int, read_only: bool, insecure: bool, log_level: str,
     target = resolve(url, table)
     _log(log_level)
     with opened(target) as client:
-        client.tasks()  # a missing table or an unreachable database stops here, exit 1
+        client.tasks(limit=1)  # a missing table or an unreachable database stops here, exit 1
         try:
             app = serve_app(create_app(client, read_only=read_only,
                                        http_delivery_hosts=allow_hosts), host)

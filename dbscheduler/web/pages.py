@@ -22,18 +22,17 @@ from ..context import RunInfo, TaskInfo
 from ..table import RUN_STATUSES
 from .views import (
     STATES,
+    Page,
     State,
-    count_states,
     describe_schedule,
-    filter_tasks,
-    paginate,
     states_of,
     upcoming,
 )
 
 __all__ = ["PAGE_SIZE", "RUNS_SHOWN", "Bar", "TaskRow", "chrome", "duration_chart", "router"]
 
-PAGE_SIZE = 200
+PAGE_SIZE = 50
+"""Tasks per page of the tasks page: the database reads about as many rows."""
 RUNS_SHOWN = 25
 """Runs in a task page's table; its chart shows up to :data:`CHART_RUNS`."""
 CHART_RUNS = 60
@@ -145,15 +144,18 @@ def _row(request: Request, info: TaskInfo, now: datetime) -> TaskRow:
 
 def _tasks_context(request: Request, state: str | None, q: str | None, page: int,
                    kind: str | None = None) -> dict[str, Any]:
-    from .api import without_batch_keys  # the API's own rule, so both always agree
+    from .api import listing_filters  # the API's own rule, so both always agree
 
     client = request.app.state.dashboard.client
     kind = "all" if kind == "all" else None
-    infos, hidden = without_batch_keys(client, client.tasks(), kind or "tasks")
-    now = client.db_now()
     state = state if state in STATES else None
-    matching = filter_tasks(infos, now, state, q)
-    listing = paginate(matching, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+    # The database filters, pages and counts: two statements, whatever the table's size.
+    listing = listing_filters(client, state, q, kind or "tasks")
+    totals = client.task_totals(**listing)
+    offset = (page - 1) * PAGE_SIZE
+    items = client.tasks(**listing, limit=PAGE_SIZE, offset=offset)
+    now = totals.db_now
+    listing_page = Page(items, totals.matching, PAGE_SIZE, offset)
 
     def page_url(number: int) -> str:
         params = {k: v for k, v in (("state", state), ("q", q), ("kind", kind),
@@ -167,20 +169,21 @@ def _tasks_context(request: Request, state: str | None, q: str | None, page: int
     return {
         **chrome(request),
         "now": now,
-        "rows": [_row(request, info, now) for info in listing.items],
-        "counts": count_states(infos, now),
+        "rows": [_row(request, info, now) for info in listing_page.items],
+        "counts": totals.states,
         "states": STATES,
         "state": state,
         "q": q or "",
-        "total": listing.total,
+        "total": listing_page.total,
         "page": page,
-        "first": listing.offset + 1,
-        "last": listing.offset + len(listing.items),
+        "first": listing_page.offset + 1,
+        "last": listing_page.offset + len(listing_page.items),
         "prev_url": page_url(page - 1) if page > 1 else None,
-        "next_url": page_url(page + 1) if listing.offset + PAGE_SIZE < listing.total else None,
+        "next_url": (page_url(page + 1) if listing_page.offset + PAGE_SIZE < listing_page.total
+                     else None),
         "fmt_duration": fmt_duration,
         "kind": kind,
-        "batch_keys": hidden,
+        "batch_keys": totals.batch_keys,
         "state_url": state_url,
         "with_keys_url": root_of(request) + "?" + urlencode(
             {k: v for k, v in (("state", state), ("q", q), ("kind", "all")) if v}),

@@ -304,7 +304,7 @@ def test_an_unexpected_error_is_a_500_without_a_trace(
     app = create_app(rows)
     client_ = app.state.dashboard.client
 
-    def broken() -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("secret internals")
 
     monkeypatch.setattr(client_, "tasks", broken)
