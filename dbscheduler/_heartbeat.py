@@ -101,6 +101,10 @@ class Heartbeat:
         self._watchdog = engine_thread(self._watch, "dbscheduler-watchdog")
 
     def start(self) -> None:
+        if self.registry is not None:
+            # Before the first pick: a node whose database clock reads ahead of the others'
+            # knows it (and its takeover margin) before it may take any lease over.
+            self.registry.beat(0, self._interval)
         self._thread.start()
         self._watchdog.start()
 

@@ -46,6 +46,11 @@ class Health:
     not answer or refuses writes (a read-only standby), the poller has not polled within a
     few poll intervals, or executions run but no heartbeat went out within the lease. Times are
     aware UTC, on this node's estimate of the database clock.
+
+    While this node's database clock reads ahead of the other nodes' beyond the bound (several
+    database servers, such as Galera nodes, with unsynchronised clocks), ``reason`` says so
+    and ``ok`` stays True: the node takes over leases only past that skew, so it is safe to
+    keep, and restarting it would not mend the clocks.
     """
 
     ok: bool
@@ -180,8 +185,13 @@ def _check(
             if now - reference > lease.total_seconds():
                 reasons.append(f"no heartbeat for {now - reference:.1f} s while {len(live)} "
                                f"execution(s) run (lease {lease.total_seconds():g} s)")
+    ok = not reasons
+    registry = heartbeat.registry if heartbeat is not None else None
+    skew = registry.skew_reason() if registry is not None else None
+    if skew is not None:
+        reasons.append(skew)
     return Health(
-        ok=not reasons,
+        ok=ok,
         node_id=node_id,
         db_reachable=problem is None,
         last_poll_at=at(last_poll),

@@ -14,16 +14,27 @@ live or recent node has logs a warning naming the closest handler that does.
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import random
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from ._store.base import StoreBase
-from ._store.nodes import NodeRecord, NodeRow, node_rows, prune_nodes, recent_handlers, write_node
+from ._store.nodes import (
+    NodeRecord,
+    NodeRow,
+    node_clocks,
+    node_rows,
+    prune_nodes,
+    recent_handlers,
+    write_node,
+)
 from .errors import SchedulerError
 from .logfields import engine_log
 
@@ -32,6 +43,7 @@ __all__ = [
     "PRUNE_AFTER",
     "RECENT_WITHIN",
     "WRITE_INTERVAL",
+    "ClockSkew",
     "NodeInfo",
     "NodeRegistry",
     "handler_warning",
@@ -52,6 +64,14 @@ PRUNE_AFTER = timedelta(days=7)
 """Rows of nodes unseen for this long are deleted by the live nodes."""
 PRUNE_EVERY = 3600.0
 """Seconds between two prunes by one node (and one at its start)."""
+SKEW_FLOOR = 0.5
+"""Seconds: a database clock ahead of another's by no more than this, or than half the
+registry's write interval if more, is never counted as skew (see :class:`ClockSkew`)."""
+SKEW_SAMPLES = 20
+"""Fresh writes of another node kept per node for the skew estimate (the smallest wins)."""
+SKEW_TOLD_AFTER = 5
+"""Fresh writes of a node seen before skew against it is logged (one early sample may be an
+old write read late; the margin applies from the first)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +164,88 @@ def _version() -> str:
         return "unknown"
 
 
+class ClockSkew:
+    """How far the database clock this node reads is *ahead* of the clocks that wrote the
+    other live nodes' rows: the one danger of several database servers (a Galera cluster
+    written through several of its nodes), where a picker whose clock is fast sees a live
+    lease written elsewhere as expired.
+
+    Each read of the registry gives, for another node whose ``last_seen`` advanced since
+    the previous read, ``my database's now - its last_seen``: the age of its write plus the
+    skew. The age is never negative (the write was evaluated before this read could see
+    it), so each sample is an upper bound of the skew, and the smallest of the last
+    :data:`SKEW_SAMPLES` is the tightest; the registry's writes are spaced irregularly, so
+    the reads meet the other nodes' writes at every phase and the smallest age tends to
+    zero. An estimate at or below ``bound`` is no skew (a live lease keeps two thirds of its
+    length between renewals, so a smaller difference can never make it look expired).
+
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> skew = ClockSkew(bound=0.5)
+    >>> skew.observe([("b", t, t + timedelta(seconds=3.0))], mono=0.0)   # first read
+    >>> skew.observe([("b", t + timedelta(seconds=1), t + timedelta(seconds=3.6))], mono=1.0)
+    >>> skew.ahead()
+    (2.6, ['b'])
+    """
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._last: dict[str, tuple[datetime, float]] = {}
+        self._samples: dict[str, deque[float]] = {}
+        self._first: dict[str, float] = {}
+        """A node's difference at its first read, counted until the next read tells whether
+        its row advances (a node met a moment ago is compared at once)."""
+
+    def observe(self, rows: Iterable[tuple[str, datetime, datetime]], mono: float) -> None:
+        """One read of the registry (``(node id, last_seen, this database's now)``) made at
+        ``mono`` (monotonic seconds). Rows that did not advance since the last read say
+        nothing about the clocks (a stopped node's row only ages)."""
+        seen = set()
+        for node, last_seen, now in rows:
+            seen.add(node)
+            previous = self._last.get(node)
+            self._last[node] = (last_seen, mono)
+            if previous is None:
+                self._first[node] = (now - last_seen).total_seconds()
+                continue
+            self._first.pop(node, None)
+            if last_seen <= previous[0]:
+                continue
+            samples = self._samples.setdefault(node, deque(maxlen=SKEW_SAMPLES))
+            samples.append((now - last_seen).total_seconds())
+        for node in [n for n in self._last if n not in seen]:  # gone from the registry
+            self._last.pop(node, None)
+            self._samples.pop(node, None)
+            self._first.pop(node, None)
+
+    def ahead(self, samples: int = 1) -> tuple[float, list[str]]:
+        """``(seconds, nodes)``: the largest estimate beyond :attr:`bound` among the nodes
+        with at least ``samples`` samples, and the nodes beyond the bound; ``(0.0, [])``
+        when none is. With ``samples`` 1, a node met at the last read counts by its first
+        difference (an upper bound as well, if it is alive)."""
+        worst, nodes = 0.0, []
+        found = {n: list(v) for n, v in self._samples.items() if len(v) >= samples}
+        if samples <= 1:
+            found.update((n, [d]) for n, d in self._first.items())
+        for node, values in sorted(found.items()):
+            estimate = min(values)
+            if estimate > self.bound:
+                nodes.append(node)
+                worst = max(worst, round(estimate, 3))
+        return worst, nodes
+
+
+def takeover_margin(skew: float) -> float:
+    """Seconds by which a lease must be expired on this node's database clock before it takes
+    the row over: the estimated skew rounded up to half a second (few distinct statements),
+    0 when there is none.
+
+    >>> takeover_margin(2.52), takeover_margin(0.0)
+    (3.0, 0.0)
+    """
+    return math.ceil(skew * 2) / 2 if skew > 0 else 0.0
+
+
 class NodeRegistry:
     """A node's side of the registry, driven by its heartbeat thread: :meth:`beat` writes the
     node's row when :data:`WRITE_INTERVAL` (or the heartbeat's own interval) has passed, and
@@ -166,6 +268,10 @@ class NodeRegistry:
         self._started = True
         self._missing_told = False
         self._failed_told = False
+        self._random = random.Random()
+        self.skew: ClockSkew | None = None
+        """This node's database clock against the others' (set up by the first write)."""
+        self._skew_told: tuple[str, ...] = ()
 
     def record(self) -> NodeRecord:
         """What this node says about itself."""
@@ -182,10 +288,14 @@ class NodeRegistry:
         now = time.monotonic() if now is None else now
         if now < self._next_write:
             return
-        self._next_write = now + min(interval, WRITE_INTERVAL)
+        every = min(interval, WRITE_INTERVAL)
+        # Spaced irregularly (never further apart than ``every``) so that this node's reads
+        # meet the other nodes' writes at every phase: see ClockSkew.
+        self._next_write = now + every * self._random.uniform(0.75, 1.0)
         try:
             write_node(self._store, self.record(), running, started=self._started)
             self._started = False
+            self._compare_clocks(every, now)
             if now >= self._next_prune:
                 self._next_prune = now + PRUNE_EVERY
                 pruned = prune_nodes(self._store, PRUNE_AFTER)
@@ -204,3 +314,41 @@ class NodeRegistry:
             if not self._failed_told:
                 self._failed_told = True
                 log.warning("node registry: could not write this node's row: %s", exc)
+
+    def _compare_clocks(self, every: float, now: float) -> None:
+        """Read the other live nodes' last writes, update the skew estimate, and set the
+        store's takeover margin from it; log once when this node's clock is found ahead."""
+        if self.skew is None:
+            self.skew = ClockSkew(max(SKEW_FLOOR, every / 2))
+        try:
+            rows = node_clocks(self._store, self._node_id, ALIVE_WITHIN)
+        except Exception as exc:
+            log.debug("node registry: could not read the other nodes' clocks: %s", exc)
+            return
+        self.skew.observe(rows, now)
+        ahead, _ = self.skew.ahead()
+        self._store.takeover_margin = takeover_margin(ahead)
+        told, nodes = self.skew.ahead(SKEW_TOLD_AFTER)
+        if nodes and not self._skew_told:
+            log.warning(
+                "database clock skew: the database server this node writes through reads "
+                "%.1f s ahead of the server(s) that node(s) %s write through (more than "
+                "%.1f s); this node takes over a lease only once it is %.1f s past its end "
+                "on its clock. Synchronise the database hosts' clocks, or write through one "
+                "server",
+                told, ", ".join(nodes), self.skew.bound, takeover_margin(told))
+            self._skew_told = tuple(nodes)
+        elif not nodes and self._skew_told and not self.skew.ahead()[1]:
+            log.info("database clock skew: no longer ahead of node(s) %s",
+                     ", ".join(self._skew_told))
+            self._skew_told = ()
+
+    def skew_reason(self) -> str | None:
+        """One line on this node's database clock running ahead of the others', or None."""
+        if self.skew is None:
+            return None
+        ahead, nodes = self.skew.ahead(SKEW_TOLD_AFTER)
+        if not nodes:
+            return None
+        return (f"database clock {ahead:.1f} s ahead of node(s) {', '.join(nodes)}'s: "
+                f"takeovers wait {takeover_margin(ahead):.1f} s past a lease's end")

@@ -60,8 +60,13 @@ class StoreBase:
         """Conditions of :mod:`.controls`, built once (building them is costly)."""
         self.strangers: frozenset[str] = frozenset()
         """Handlers of rows met in the table that this node lacks (:mod:`.handlers`)."""
-        self.pick_conditions: dict[tuple[frozenset[str], frozenset[int]], Any] = {}
-        """The pick's conditions by (tags, excluded ids), built once (:mod:`.pick`)."""
+        self.pick_conditions: dict[tuple[frozenset[str], frozenset[int], float], Any] = {}
+        """The pick's conditions by (tags, excluded ids, takeover margin), built once
+        (:mod:`.pick`)."""
+        self.takeover_margin = 0.0
+        """Seconds a held row's lease must be past its end before this node's pick takes it:
+        set by the node registry while this node's database clock reads ahead of the other
+        nodes' (:class:`~dbscheduler.nodes.ClockSkew`)."""
         self.handler_params: dict[tuple[frozenset[str], frozenset[str]], dict[str, Any]] = {}
         """The handler condition's parameters by (names, strangers) (:mod:`.handlers`)."""
         self.next_due: tuple[frozenset[str], sa.Select[Any]] | None = None

@@ -21,8 +21,9 @@ from ..dialects.types import to_utc
 if TYPE_CHECKING:
     from .base import StoreBase
 
-__all__ = ["NodeRecord", "NodeRow", "node_rows", "prune_nodes", "prune_statement",
-           "recent_handlers", "recent_statement", "write_node"]
+__all__ = ["NodeRecord", "NodeRow", "clocks_statement", "node_clocks", "node_rows",
+           "prune_nodes", "prune_statement", "recent_handlers", "recent_statement",
+           "write_node"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +132,26 @@ def recent_handlers(store: StoreBase, within: timedelta) -> tuple[int, set[str]]
     for (text,) in found:
         names.update(_names(text))
     return len(found), names
+
+
+def clocks_statement(store: StoreBase, node_id: str, within: timedelta) -> sa.Select[Any]:
+    """The other nodes seen within ``within``: their id and last write (each on its own
+    database server's clock), with this database's clock at the read."""
+    n = store.nodes
+    return (sa.select(n.c.node_id, n.c.last_seen, db_now().label("db_now"))
+            .where(n.c.node_id != node_id,
+                   n.c.last_seen >= db_now_plus(-within.total_seconds())))
+
+
+def node_clocks(store: StoreBase, node_id: str, within: timedelta
+                ) -> list[tuple[str, datetime, datetime]]:
+    """``(node id, its last_seen, this database's now)`` of the other nodes seen within
+    ``within``: what :class:`~dbscheduler.nodes.ClockSkew` compares."""
+    with store.read() as conn:
+        found = conn.execute(clocks_statement(store, node_id, within)).all()
+    out = []
+    for other, seen, now in found:
+        seen, now = to_utc(seen), to_utc(now)
+        if seen is not None and now is not None:
+            out.append((str(other), seen, now))
+    return out

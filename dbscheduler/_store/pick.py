@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
-from ..dialects import PickedRow
+from ..dialects import PickedRow, db_now_plus
 from ..logfields import engine_log
 from .controls import eligible
 from .handlers import handler_params, learn_strangers
@@ -68,11 +68,12 @@ def pick_rows(
 
 
 def _conditions(store: Store, exclude: frozenset[int]) -> sa.ColumnElement[bool]:
-    """The pick's ``where`` for the node's tags and ``exclude`` (the dialect adds the handler
-    condition, whose text does not depend on the names): built once and kept while they stay
-    the same (usually for the node's whole life), so the dialect can keep the statement built
-    from it too."""
-    key = (store.tags, exclude)
+    """The pick's ``where`` for the node's tags, ``exclude`` and takeover margin (the dialect
+    adds the handler condition, whose text does not depend on the names): built once and kept
+    while they stay the same (usually for the node's whole life), so the dialect can keep the
+    statement built from it too."""
+    margin = store.takeover_margin
+    key = (store.tags, exclude, margin)
     cached: sa.ColumnElement[bool] | None = store.pick_conditions.get(key)
     if cached is not None:
         return cached
@@ -81,6 +82,11 @@ def _conditions(store: Store, exclude: frozenset[int]) -> sa.ColumnElement[bool]
                     eligible(store, t, store.tags))
     if exclude:
         where = sa.and_(where, t.c.id.not_in(sorted(exclude)))
+    if margin > 0:
+        # This node's database clock reads ahead of the clock that wrote other nodes'
+        # leases: a held row is taken only once its lease is over by that clock too.
+        where = sa.and_(where, sa.or_(t.c.locked_by.is_(None),
+                                      t.c.next_process_at <= db_now_plus(-margin)))
     if len(store.pick_conditions) > 16:  # exclusions come and go (after an outage)
         store.pick_conditions.clear()
     store.pick_conditions[key] = where

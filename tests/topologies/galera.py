@@ -1,12 +1,17 @@
 """A private three-node MariaDB Galera cluster from Debian's ``galera-4`` and the installed
 MariaDB: each node a :class:`~tests.servers.PrivateMariaDB` with its own ports for the cluster
 (gcomm), incremental (IST) and full (SST, rsync) state transfer; the first bootstraps the
-cluster, the others join it. All in one temporary directory watched for this process's death."""
+cluster, the others join it. All in one temporary directory watched for this process's death.
+
+A node may run with its wall clock shifted (``clock_offsets``): ``libfaketime`` preloaded into
+its ``mariadbd`` moves every time the server reads (``UTC_TIMESTAMP``, ``NOW``), as a host
+whose clock is off would, and leaves its monotonic clock (Galera's timeouts) alone."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,15 +22,19 @@ from tests.servers import PrivateMariaDB, Unavailable, free_port, start_watchdog
 
 PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
 INSTALL = "apt-get install -y galera-4 rsync"
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+FAKETIME_INSTALL = "apt-get install -y libfaketime"
 
 
 class GaleraNode(PrivateMariaDB):
     """One Galera node; ``bootstrap`` starts a new cluster instead of joining one."""
 
-    def __init__(self, directory: Path, name: str, gcomm: list[int], index: int) -> None:
+    def __init__(self, directory: Path, name: str, gcomm: list[int], index: int,
+                 clock_offset: float = 0.0) -> None:
         self.gcomm_ports = gcomm
         self.index = index
         self.bootstrap = index == 0
+        self.clock_offset = clock_offset
         me = gcomm[index]
         ist, sst = free_port(), free_port()
         super().__init__(directory, {
@@ -49,6 +58,24 @@ class GaleraNode(PrivateMariaDB):
         # Only the first start of the first node makes a new cluster.
         return [*options, "--wsrep-new-cluster"] if self.bootstrap else options
 
+    def start(self) -> None:
+        if not self.clock_offset:
+            super().start()
+            return
+        # The server is started with this process's environment: shift it for that start.
+        shifted = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": f"{self.clock_offset:+g}",
+                   "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        saved = {k: os.environ.get(k) for k in shifted}
+        os.environ.update(shifted)
+        try:
+            super().start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
     def _create_database(self) -> None:
         if self.bootstrap:
             super()._create_database()
@@ -65,11 +92,15 @@ class GaleraNode(PrivateMariaDB):
 
 
 @contextmanager
-def galera_cluster(size: int = 3) -> Iterator[list[GaleraNode]]:
-    """``size`` Galera nodes in one cluster, each answering with the ``test`` database."""
+def galera_cluster(size: int = 3, clock_offsets: Mapping[int, float] | None = None
+                   ) -> Iterator[list[GaleraNode]]:
+    """``size`` Galera nodes in one cluster, each answering with the ``test`` database;
+    ``clock_offsets``: seconds by which a node's clock (by index) is shifted."""
     if not PROVIDER.exists() or PrivateMariaDB.binaries() is None:
         pytest.skip(f"MariaDB Galera is not installed ({INSTALL})")
-    import os
+    offsets = dict(clock_offsets or {})
+    if offsets and not FAKETIME.exists():
+        pytest.skip(f"libfaketime is not installed ({FAKETIME_INSTALL})")
     import shutil
     import tempfile
 
@@ -77,7 +108,8 @@ def galera_cluster(size: int = 3) -> Iterator[list[GaleraNode]]:
     root.chmod(0o755)
     start_watchdog(root, os.getpid())
     gcomm = [free_port() for _ in range(size)]
-    nodes = [GaleraNode(root / f"g{i}", f"g{i}", gcomm, i) for i in range(size)]
+    nodes = [GaleraNode(root / f"g{i}", f"g{i}", gcomm, i, offsets.get(i, 0.0))
+             for i in range(size)]
     try:
         for node in nodes:
             try:
