@@ -206,8 +206,8 @@ def test_a_paused_task_is_not_picked_even_when_due_and_runs_once_resumed(
     assert node.quick_runs == []
     assert ops.info("quick").total_attempt == 0
     ops.resume("quick")
-    wait_until(lambda: node.quick_runs, 5, "the resumed task to run")
-    wait_until(lambda: ops.info("quick").last_status == "success", 5, "its finish")
+    wait_until(lambda: node.quick_runs, 60, "the resumed task to run")
+    wait_until(lambda: ops.info("quick").last_status == "success", 60, "its finish")
 
 
 def test_trigger_wakes_a_running_node_at_once(node_factory: Callable[..., Node]) -> None:
@@ -255,7 +255,8 @@ def test_cancel_of_a_running_task_sets_stop_requested_and_records_cancelled(
     # Seen by the node's heartbeat (every lease / 3 = 0.5 s), not by the same object.
     # The heartbeat brings it, nothing else does: a bound of many heartbeats still tells.
     assert node.long_saw_stop.wait(30), "ctx.stop_requested was never set"
-    wait_until(lambda: not ops.info("long").running, 5, "the cancelled execution to finish")
+    wait_until(lambda: not ops.info("long").running, 60,
+               "the cancelled execution to finish")
     info = ops.info("long")
     assert info.last_status == "cancelled"
     assert info.locked_by is None and not info.stop_requested
@@ -278,7 +279,7 @@ def test_delete_of_a_running_task_is_refused_unless_forced(
         ops.info("long")
     # The node learns at its next heartbeat that the row is gone and asks the task to stop;
     # its fenced finish must not bring the row back.
-    assert node.long_saw_stop.wait(3)
+    assert node.long_saw_stop.wait(30)  # longer than the task waits: never set, it fails
     node.scheduler.shutdown(timeout=5)
     assert [i.name for i in ops.tasks()] == [PRUNE_TASK, "quick"]
 
