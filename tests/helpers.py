@@ -22,6 +22,54 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.02)
 
 
+def _last_poll(scheduler: Scheduler) -> float | None:
+    # The library exposes no "polled" event; health() reads the same attribute, but each
+    # health() call also queries the database, too much for a 20 ms loop.
+    poller = scheduler._poller
+    return None if poller is None else poller.last_poll_at
+
+
+def settled(scheduler: Scheduler, timeout: float = 30) -> None:
+    """Wait until the started ``scheduler`` has polled once and, on PostgreSQL, its ``LISTEN``
+    is in place: from then on only a wake-up or its next poll starts what is due::
+
+        node.start()
+        settled(node)
+        node.trigger("report")  # now only the trigger's wake-up can start it early
+    """
+    listens = scheduler.engine.dialect.name == "postgresql"
+    wait_until(lambda: is_settled(scheduler), timeout,
+               "the node's first poll" + (" and its LISTEN" if listens else ""))
+
+
+def is_settled(scheduler: Scheduler) -> bool:
+    """What :func:`settled` waits for (also for node processes, which log it as an event)."""
+    listener = scheduler._listener
+    return _last_poll(scheduler) is not None and (
+        scheduler.engine.dialect.name != "postgresql"
+        or (listener is not None and listener.ready))
+
+
+def polled(scheduler: Scheduler, times: int = 3, timeout: float = 30) -> None:
+    """Wait until the started ``scheduler`` has polled ``times`` more times: whatever it
+    would pick by then, it has picked. The event to wait for when the assertion is that
+    nothing happens (a paused task, a group held at 0)::
+
+        scheduler.pause("report"); scheduler.trigger("report")
+        polled(scheduler)
+        assert ran == []
+    """
+    seen = [_last_poll(scheduler)]
+
+    def more() -> bool:
+        at = _last_poll(scheduler)
+        if at != seen[-1]:
+            seen.append(at)
+        return len(seen) > times
+
+    wait_until(more, timeout, f"{times} polls of the node")
+
+
 def user_rows(source: Client | Scheduler) -> list[TaskInfo]:
     """The rows of ``source``'s table but the built-in tasks' (``dbscheduler.prune-runs``)."""
     return [t for t in source.tasks() if not t.builtin]

@@ -83,7 +83,7 @@ def slow_trial(env: Env, label: str, rng: random.Random,
         nodes.start(frozen, *args)
         nodes.start(taker, *args, gated=True)
         nodes.wait_for(ran_all(names), 30, f"{frozen} runs its tasks")
-        time.sleep(rng.uniform(0.0, 1.0))
+        time.sleep(rng.uniform(0.0, 1.0))  # a random moment to freeze at, on purpose
         wait_in_slow_statement(probe, env, frozen)
         frozen_at = nodes.sigstop(frozen)
         nodes.open_gate(taker)

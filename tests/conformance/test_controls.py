@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,20 +53,22 @@ def test_a_group_limit_holds_across_three_nodes_is_reached_and_changes_at_run_ti
     with cluster(url, table, tmp_path) as c:
         for n in range(3):  # at the same moment: they race for the same due rows
             c.start(f"node-{n}", *args)
-        c.wait_for(lambda ev: sum(e["event"] == "start" for e in ev) >= 30, 40,
+        c.wait_for(lambda ev: sum(e["event"] == "start" for e in ev) >= 30, 120,
                    "30 executions of the group")
-        time.sleep(3)
+        c.wait_for(lambda ev: _max_running(runs_from(ev)) >= 3, 60, "the limit of 3 reached")
         with Client(url, table=table) as client:
             changed = time.time()
             client.set_group_limit("g", 5)
             assert [(g.name, g.limit, g.tasks) for g in client.groups()] == [("g", 5, 10)]
-        time.sleep(6)
+        # Then, after a second for the change to reach the nodes, the raised limit reached.
+        c.wait_for(lambda ev: _max_running(runs_from(ev), since=changed + 1) >= 5, 60,
+                   "five at once under the raised limit")
         for n in range(3):
             assert c.stop(f"node-{n}") == 0, c.stderr(f"node-{n}")
         runs = runs_from(c.events())
     assert _max_running(runs, until=changed) == 3  # never more, and reached
     assert _max_running(runs) <= 5
-    # The raised limit applied at the next picks: 5 at once within a few seconds.
+    # The raised limit applied at the next picks: 5 at once after the change.
     assert _max_running(runs, since=changed + 1) == 5
     # Which nodes ran them is not asserted: load distribution is no guarantee (a node that
     # wakes first may take every free slot of the group, as one did on a loaded SQLite run).
@@ -85,7 +88,9 @@ def test_requires_runs_a_task_only_on_nodes_carrying_its_tag(
         c.wait_for(lambda ev: {e["task"] for e in ev if e["event"] == "start"} >= {
             *(f"gpu-{i}" for i in range(4)), *(f"pin-{i}" for i in range(4))}, 30,
             "every task ran")
-        time.sleep(1)
+        # More chances for a node without the tag to take one: every task runs again.
+        c.wait_for(lambda ev: min(Counter(e["task"] for e in ev if e["event"] == "start")
+                                  .values()) >= 2, 60, "every task ran twice")
         c.stop("gpu-node")
         c.stop("cpu-node")
         runs = runs_from(c.events())

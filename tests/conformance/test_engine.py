@@ -23,7 +23,7 @@ from dbscheduler import (
     TaskContext,
     TaskInfo,
 )
-from tests.helpers import wait_until
+from tests.helpers import polled, wait_until
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_errors_are_recorded_and_retried_per_occurrence(make: Callable[..., Sche
     s.start()
     s.trigger("flaky")
     wait_until(lambda: len(attempts) >= 3 and s.info("flaky").attempt == 0, what="3 attempts")
-    time.sleep(0.3)
+    polled(s)  # a fourth attempt, had one been planned, would have started by now
     info = s.info("flaky")
     assert attempts == [1, 2, 3], "three tries, then the next occurrence (an hour away)"
     assert info.last_status == "error" and info.attempt == 0
@@ -143,7 +143,7 @@ def test_paused_tasks_are_not_picked_until_resumed(make: Callable[..., Scheduler
     s.start()
     s.pause("p")
     s.trigger("p")
-    time.sleep(0.8)
+    polled(s)
     assert ran == [] and s.info("p").paused
     resumed = time.time()
     s.resume("p")
@@ -165,7 +165,9 @@ def test_a_task_longer_than_its_lease_keeps_it(make: Callable[..., Scheduler]) -
         s.start()
     s.trigger("long")
     wait_until(lambda: starts, what="first start")
-    time.sleep(3)
+    time.sleep(3)  # the window is the point: three leases go by while it runs
+    polled(a)
+    polled(b)  # and both nodes have looked at the row since
     assert len(starts) == 1, f"someone took over a live lease: {starts}"
     release.set()
 

@@ -54,13 +54,19 @@ def test_every_logged_execution_has_exactly_one_run_row_and_a_killed_one_a_lost_
         victim = next(e["node"] for e in events
                       if e["event"] == "start" and e["task"] == "long-0")
         heir = "node-b" if victim == "node-a" else "node-a"
+        before = len(c.events())
         failing.touch()  # a stretch of failing runs: error rows with their text
-        time.sleep(1.5)
+        c.wait_for(lambda ev: sum(e["event"] == "finished" and e["status"] == "error"
+                                  for e in ev[before:]) >= 3, 60, "three failing runs")
         killed_at = c.kill(victim)
         failing.unlink()
-        c.wait_for(lambda ev: any(e["event"] == "lost_execution" and e["node"] == heir
-                                  for e in ev), 20, f"{heir} finds the killed execution lost")
-        time.sleep(1.0)
+        events = c.wait_for(lambda ev: any(e["event"] == "lost_execution" and e["node"] == heir
+                                           for e in ev), 60,
+                            f"{heir} finds the killed execution lost")
+        found = len(events)
+        # The heir goes on past the takeover: its rows after it are checked too.
+        c.wait_for(lambda ev: sum(e["event"] == "finished" and e["node"] == heir
+                                  for e in ev[found:]) >= 3, 60, f"{heir} runs on")
         assert c.stop(heir) == 0, c.stderr(heir)
         events = c.events()
     rows = by_execution(run_rows(url, table))

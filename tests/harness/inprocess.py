@@ -66,4 +66,4 @@ class Node:
     def start_long(self) -> None:
         """Make ``long`` run now and wait until it runs."""
         self.scheduler.trigger("long")
-        assert self.long_started.wait(5), "the node did not start the triggered task"
+        assert self.long_started.wait(60), "the node did not start the triggered task"

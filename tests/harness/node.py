@@ -38,6 +38,7 @@ from dbscheduler import (
     TaskInfo,
 )
 from tests.harness import isolated
+from tests.helpers import is_settled
 
 _real_time = time.time
 """The machine's wall clock, kept before ``--skew-wall`` may shift ``time.time``: events are
@@ -260,6 +261,15 @@ def main(argv: list[str] | None = None) -> None:
         add_batch(scheduler, events, args)
     scheduler.add_listener(Recorder())
     events.write("node_start", pid=os.getpid())
+
+    def announce_settled() -> None:
+        # Tests wait for this event instead of sleeping "until the node has polled and its
+        # LISTEN is up".
+        while not is_settled(scheduler):
+            time.sleep(0.02)
+        events.write("settled")
+
+    threading.Thread(target=announce_settled, name="node-settled", daemon=True).start()
     if args.seconds is not None:
         threading.Timer(args.seconds, scheduler.shutdown,
                         kwargs={"timeout": args.shutdown_timeout}).start()

@@ -27,7 +27,7 @@ from dbscheduler import (
     TaskContext,
 )
 from dbscheduler.companion_tables import make_items_table
-from tests.helpers import no_keys, wait_until
+from tests.helpers import no_keys, polled, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 
@@ -109,7 +109,7 @@ def test_items_are_delivered_together_in_push_order(node: tuple[Scheduler, Recei
     assert (info.items, info.name, info.running) == (25, "digest/ann@example.com", False)
     calls = receiver.wait(2)
     wait_until(lambda: no_keys(scheduler), what="the delivered keys' rows to go")
-    time.sleep(0.3)  # nothing else comes
+    polled(scheduler)  # nothing else comes
     assert sorted((c.name, c.items) for c in receiver.calls) == [
         ("digest/ann@example.com", [{"n": i} for i in range(25)]),
         ("digest/bob@example.com", ["only one"]),
@@ -167,9 +167,10 @@ def test_drop_removes_the_pending_items(node: tuple[Scheduler, Receiver]) -> Non
     assert scheduler.drop("k", handler="digest") == 0
     assert [b.key for b in scheduler.batches()] == ["other"]
     (call,) = receiver.wait(1)
-    time.sleep(1.0)  # the dropped keys' rows go by their empty deliveries, calling nothing
-    assert [c.items for c in receiver.calls] == [["kept"]] and call.name == "digest/other"
+    # The dropped keys' rows go by their empty deliveries, calling nothing.
     wait_until(lambda: no_keys(scheduler), what="the dropped keys' rows to go")
+    polled(scheduler)
+    assert [c.items for c in receiver.calls] == [["kept"]] and call.name == "digest/other"
 
 
 def test_a_failed_delivery_is_retried_with_the_same_items(
@@ -181,11 +182,10 @@ def test_a_failed_delivery_is_retried_with_the_same_items(
     scheduler.push("k", "x", handler="digest", ontime=at)
     scheduler.push("k", "y", handler="digest", ontime=at)
     calls = receiver.wait(3)
-    time.sleep(0.5)
+    wait_until(lambda: no_keys(scheduler), what="the key's row to go")  # delivered: no more
     assert [(c.attempt, c.items) for c in receiver.calls] == [
         (1, ["x", "y"]), (2, ["x", "y"]), (3, ["x", "y"])]
     assert calls[1].at - calls[0].at >= 0.25  # LinearBackoff(0.3), not at once
-    wait_until(lambda: no_keys(scheduler), what="the key's row to go")
 
 
 def test_after_a_failed_delivery_the_next_push_sets_the_time_whatever_update_says(

@@ -191,7 +191,9 @@ def test_start_waits_for_a_server_that_never_comes_then_raises(
     began = time.monotonic()
     error = start_error("postgresql+psycopg://postgres@127.0.0.1:1/test", wait=1.5)
     elapsed = time.monotonic() - began
-    assert 1.4 <= elapsed < 4, elapsed
+    # Waits its 1.5 s, then gives up: the upper bound only tells it from waiting for good,
+    # and holds on a machine ten times slower.
+    assert 1.4 <= elapsed < 20, elapsed
     assert error.kind == "host"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
@@ -201,13 +203,14 @@ def test_start_waits_for_a_server_that_never_comes_then_raises(
 def test_start_without_wait_raises_at_once() -> None:
     began = time.monotonic()
     start_error("postgresql+psycopg://postgres@127.0.0.1:1/test")
-    assert time.monotonic() - began < 1
+    # One refused connection takes milliseconds; a retry loop would run past this bound.
+    assert time.monotonic() - began < 10
 
 
 def test_start_never_waits_for_a_wrong_database(server: sa.URL) -> None:
     began = time.monotonic()
-    start_error(server.set(database="no_such_db_13"), wait=10)
-    assert time.monotonic() - began < 3
+    start_error(server.set(database="no_such_db_13"), wait=60)
+    assert time.monotonic() - began < 30  # half the wait it was given: it did not wait
 
 
 @pytest.fixture
@@ -265,8 +268,8 @@ def test_start_waits_until_the_server_answers(
     threading.Timer(1.0, up.set).start()
     began = time.monotonic()
     try:
-        scheduler.start(wait=20)
-        assert 0.9 <= time.monotonic() - began < 10
+        scheduler.start(wait=60)
+        assert 0.9 <= time.monotonic() - began < 30  # once the server came, not at the end
         assert [t.name for t in scheduler.tasks()] == [PRUNE_TASK, "x"]
         assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
     finally:

@@ -22,6 +22,7 @@ from dbscheduler import (
     Scheduler,
     TaskContext,
 )
+from tests.helpers import polled
 
 
 @dataclass
@@ -140,7 +141,8 @@ def test_a_thread_task_is_asked_to_stop_at_its_timeout_and_recorded_timeout(
     scheduler.start()
     client.trigger("slow")
     assert recorder.wait(1) == [("slow", "timeout")]
-    assert len(saw_stop) == 1 and 0.4 <= saw_stop[0] < 2
+    # At its 0.5 s timeout, not at the end of the 5 s lease: a bound a busy machine meets.
+    assert len(saw_stop) == 1 and 0.4 <= saw_stop[0] < 4, saw_stop
     info = client.info("slow")
     assert (info.last_status, info.last_error) == ("timeout", "timed out after 0.5 s")
 
@@ -170,8 +172,8 @@ def test_a_group_limit_change_applies_at_the_next_pick(migrated: tuple[str, str]
             client.schedule_once(f"b-{i}", "work", now, group="batch")
         scheduler.start()
         try:
-            time.sleep(1)
-            assert recorder.outcomes == [], "a group held at 0 runs nothing"
+            polled(scheduler)
+            assert peak[0] == 0 and recorder.outcomes == [], "a group held at 0 runs nothing"
             assert [(g.name, g.limit, g.running, g.tasks) for g in client.groups()] == [
                 ("batch", 0, 0, 4)]
             client.set_group_limit("batch", 1)

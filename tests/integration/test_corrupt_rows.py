@@ -29,7 +29,7 @@ from dbscheduler.table import make_table
 from dbscheduler.web import create_app
 from tests.conftest import backend_url
 from tests.databases import drop_table, unique_table
-from tests.helpers import running
+from tests.helpers import running, wait_until
 from tests.unit.test_cli import invoke
 
 DELAY = FixedDelay(0.2)
@@ -169,6 +169,12 @@ def _run(backend: str, url: str, table: str) -> Outcome:
     try:
         with running(scheduler):
             time.sleep(WINDOW)  # the window measured, not a synchronisation
+            # A slow machine gets a longer window: the healthy tasks' runs, not the clock,
+            # say when the node has worked long enough beside the corrupted rows.
+            recovering = [*HEALTHY, "bad-next",
+                          *(["bad-count"] if "reenqueue_attempt" not in refused else [])]
+            wait_until(lambda: _ran_enough(runs, lock, recovering), 120,
+                       f"three runs of each of {recovering}")
             elapsed = time.monotonic() - started
             with engine.connect() as conn:
                 picks = {str(n): int(p) for n, p in conn.execute(
@@ -187,6 +193,11 @@ def _run(backend: str, url: str, table: str) -> Outcome:
         engine.dispose()
     return Outcome(backend, url, table, elapsed, ran, picks, info, final, lines.by_task,
                    refused, resumed)
+
+
+def _ran_enough(runs: Counter[str], lock: threading.Lock, names: list[str]) -> bool:
+    with lock:
+        return all(runs[name] >= 3 for name in names)
 
 
 def _max_tries(elapsed: float) -> int:

@@ -161,7 +161,7 @@ def test_fastapi_lifespan_starts_and_stops_the_scheduler(
         assert client.get("/rates").json() == {}
         triggered = client.post("/tasks/refresh-rates/trigger")
         assert triggered.status_code == 202 and triggered.json()["name"] == "refresh-rates"
-        wait_until(lambda: client.get("/rates").json(), 5, "the coroutine task to run")
+        wait_until(lambda: client.get("/rates").json(), 60, "the coroutine task to run")
         assert client.post("/tasks/nope/trigger").status_code == 404
     info = module.scheduler.info("refresh-rates")
     assert info.last_status == "success" and not info.running
@@ -186,7 +186,7 @@ def test_flask_app_factory_runs_the_scheduler(
         assert names == ["compact-uploads", "send-reminders"]
         response = client.post("/tasks/send-reminders/trigger")
         assert response.status_code == 202
-        wait_until(lambda: scheduler.info("send-reminders").last_status == "success", 5,
+        wait_until(lambda: scheduler.info("send-reminders").last_status == "success", 60,
                  "the triggered task to run")
         assert client.post("/tasks/nope/trigger").status_code == 404
     finally:

@@ -9,7 +9,7 @@ import pytest
 from dbscheduler import FixedDelay, Scheduler, TaskContext
 from dbscheduler._finisher import Finisher
 from dbscheduler._heartbeat import Heartbeat
-from tests.helpers import running, wait_until
+from tests.helpers import polled, running, wait_until
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
@@ -28,7 +28,7 @@ def test_a_slow_hand_over_to_the_finisher_does_not_re_pick_the_row(
     put = Finisher.put
 
     def slow_put(self: Finisher, ended: object) -> None:
-        time.sleep(0.5)
+        time.sleep(0.5)  # the slow hand-over itself: its length is the fault injected
         put(self, ended)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Finisher, "put", slow_put)
@@ -52,7 +52,7 @@ def test_a_slow_hand_over_to_the_finisher_does_not_re_pick_the_row(
         scheduler.trigger("slow")
         wait_until(lambda: scheduler.info("slow").last_finished_at is not None, timeout=10,
                    what="the first finish")
-        time.sleep(0.3)
+        polled(scheduler, 10)  # a re-pick of the row would have started by now
         info = scheduler.info("slow")
     assert lost == []
     assert runs == [1]

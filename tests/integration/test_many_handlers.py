@@ -14,7 +14,7 @@ import pytest
 
 from dbscheduler import Client, Dynamic, Scheduler, TaskContext
 from dbscheduler._store.runtime import UNION_LIMIT
-from tests.helpers import running
+from tests.helpers import polled, running
 
 
 def now_then_hourly(ctx: Any) -> datetime:
@@ -84,7 +84,7 @@ def test_a_node_with_many_handlers_leaves_rows_of_handlers_it_lacks(
                 if {f"many:{n}" for n in mine} <= set(ran):
                     break
             time.sleep(0.05)
-        time.sleep(1.0)  # picks and polls go on past the stranger rows
+        polled(many, 5)  # picks and polls go on past the stranger rows
         theirs = {t.name: t for t in client.tasks() if t.name.startswith("theirs-")}
     assert sorted(set(mine) - {r.split(":", 1)[1] for r in ran if r.startswith("many:")}) == []
     assert not [r for r in ran if ":theirs-" in r], "a node ran a handler it lacks"

@@ -45,7 +45,7 @@ def runs(out: Path) -> list[dict[str, object]]:
     return read_events(out)
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_for(check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "timed out"
@@ -60,7 +60,9 @@ def test_runtime_rows_run_with_their_data(cluster: tuple[Client, Path]) -> None:
 
     wait_for(lambda: sum(r["name"] == "every" for r in runs(out)) >= 2)
     wait_for(lambda: not any(i.name == "once-1" for i in client.tasks()))
-    time.sleep(1.0)  # time for a duplicate run of the one-off job to show, if any
+    # Two more runs of "every": the nodes have picked since, a duplicate run would show.
+    done = sum(r["name"] == "every" for r in runs(out))
+    wait_for(lambda: sum(r["name"] == "every" for r in runs(out)) >= done + 2)
     once = [r for r in runs(out) if r["name"] == "once-1"]
     assert [r["data"] for r in once] == [{"n": 1}], "a one-off job runs exactly once"
 
@@ -72,10 +74,18 @@ def test_runtime_rows_run_with_their_data(cluster: tuple[Client, Path]) -> None:
     assert client.unschedule("every") is True
     with pytest.raises(TaskNotFound):
         client.info("every")
-    time.sleep(0.5)  # a run already under way may still write its line
+    # Another task marks the nodes' picks since: after two of its runs, a run of "every"
+    # already under way has written its line; after three more, a new one would show.
+    client.schedule("tick", "record", FixedRate(0.3))
+
+    def ticks() -> int:
+        return sum(r["name"] == "tick" for r in runs(out))
+
+    wait_for(lambda: ticks() >= 2)
     count = sum(r["name"] == "every" for r in runs(out))
-    time.sleep(1.5)
+    wait_for(lambda: ticks() >= 5)
     assert sum(r["name"] == "every" for r in runs(out)) == count, "unschedule stops it"
+    client.unschedule("tick")
     assert client.unschedule("every") is False
 
 

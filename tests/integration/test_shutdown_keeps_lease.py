@@ -69,7 +69,9 @@ def test_a_running_execution_keeps_its_lease_after_shutdown(
     assert returned and a_start and a_end and b_start, events
     assert b_start["t"] > a_end["t"], "B started the task while A's execution still ran"
     assert a_finished, events
-    assert returned["took"] < 1.5, "shutdown(0.2) must return quickly"
+    # That it did not wait for the execution is the ordering below; this bound only catches
+    # a shutdown that hangs, and holds on a machine ten times slower.
+    assert returned["took"] < 10, "shutdown(0.2) must return quickly"
     # A's process lived on after shutdown; its execution ran to its end, and only then B.
     assert returned["t"] < a_end["t"]
     assert a_finished["written"] is True and a_finished["status"] == "success"

@@ -48,7 +48,7 @@ def test_tasks_run_again_after_the_table_is_dropped_and_recreated(
         wait_until(lambda: len(runs) >= 2, timeout=10, what="two runs before the drop")
         drop_table(url, table)
         dropped = time.monotonic()
-        time.sleep(gap)
+        time.sleep(gap)  # the gap is what the case is about, not a synchronisation
         engine = sa.create_engine(url)
         try:
             upgrade(engine, table)  # `dbscheduler migrate`
@@ -67,11 +67,12 @@ def test_a_finish_refused_because_the_row_is_gone_says_so(
     url, table = migrated
     caplog.set_level(logging.WARNING, logger="dbscheduler")
     started = threading.Event()
+    deleted = threading.Event()
     finished = threading.Event()
 
     def slow(ctx: TaskContext) -> None:
         started.set()
-        time.sleep(1.0)
+        deleted.wait(30)  # finishes only once its row is gone
 
     scheduler = Scheduler(url, table=table, lease=3, poll_interval=0.2)
     scheduler.add("slow", slow, schedule=FixedDelay(3600))
@@ -87,7 +88,8 @@ def test_a_finish_refused_because_the_row_is_gone_says_so(
         scheduler.trigger("slow")
         assert started.wait(10)
         scheduler.delete("slow", force=True)
-        assert finished.wait(10)
+        deleted.set()
+        assert finished.wait(30)
     assert re.search(r"task='slow' token=\d+\] finish refused: the task's row is gone \(deleted, "
                      r"or the table was recreated\)", caplog.text)
     assert "another node owns the row" not in caplog.text
