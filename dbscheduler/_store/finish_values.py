@@ -20,8 +20,9 @@ from ..dialects.types import UTCDateTime
 from .history import RUN_COLUMNS, RunRecord, insert_from
 
 if TYPE_CHECKING:
-    from .finish import FinishWrite
-    from .hotpath import Store
+    # The base, not the Store class: that one builds on this module.
+    from .base import StoreBase as Store
+    from .finish_write import FinishWrite
 
 __all__ = ["write_joined", "write_values"]
 
