@@ -16,6 +16,7 @@ from .context import Result, RunInfo, TaskContext, TaskInfo
 from .errors import (
     DatabaseUnreachable,
     LeaseLost,
+    LifecycleError,
     SchedulerError,
     SchemaMismatch,
     SchemaMissing,
@@ -42,6 +43,7 @@ __all__ = [
     "GeometricBackoff",
     "Health",
     "LeaseLost",
+    "LifecycleError",
     "LinearBackoff",
     "Listener",
     "NoRetry",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from .fencing import Fence
 
+from .errors import LifecycleError
 from .table import RESERVED_PREFIX
 
 __all__ = ["UNSET", "Result", "RunInfo", "Status", "TaskContext", "TaskInfo"]
@@ -105,7 +106,7 @@ class TaskContext:
         ...     conn.execute(payments.insert().values(amount=10))
         """
         if self.fence is None:
-            raise RuntimeError("ctx.fenced() needs a context given by a running scheduler")
+            raise LifecycleError("ctx.fenced() needs a context given by a running scheduler")
         from .fencing import fenced  # the database side is only needed here
 
         return fenced(self.fence, target)
