@@ -12,7 +12,7 @@ crashed nodes with no extra infrastructure: the database you already have is the
 """
 
 from .client import Client
-from .context import Result, RunInfo, TaskContext, TaskInfo
+from .context import GroupInfo, Result, RunInfo, TaskContext, TaskInfo
 from .errors import (
     DatabaseUnreachable,
     LeaseLost,
@@ -41,6 +41,7 @@ __all__ = [
     "FixedDelay",
     "FixedRate",
     "GeometricBackoff",
+    "GroupInfo",
     "Health",
     "LeaseLost",
     "LifecycleError",

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from ..context import GroupInfo
 from ..dialects import PickedRow, db_now
 from ..logfields import engine_log
 from .giveback import unpick
@@ -169,25 +168,6 @@ def _give_back(store: StoreBase, node_id: str, rows: list[PickedRow]) -> None:
     with store.autocommit() as conn:
         unpick(store, conn, node_id, rows)
     log.debug("groups: gave back %d row(s) over their group's limit", len(rows))
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """A concurrency group: its limit (``None``: none) and its executions running now."""
-
-    name: str
-    limit: int | None
-    running: int
-    tasks: int
-    """Rows of the group."""
-    updated_at: datetime | None = None
-    """When its limit was last set."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready values."""
-        return {"name": self.name, "limit": self.limit, "running": self.running,
-                "tasks": self.tasks,
-                "updated_at": self.updated_at.isoformat() if self.updated_at else None}
 
 
 def set_group_limit(store: StoreBase, group: str, limit: int | None) -> None:
