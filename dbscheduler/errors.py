@@ -101,7 +101,7 @@ class LifecycleError(SchedulerError, RuntimeError):
     ``TestScheduler`` closed, or made from a Scheduler already started. Also a
     ``RuntimeError``, which these were before they had a name of their own.
 
-    >>> scheduler.shutdown()
+    >>> scheduler.shutdown()                   # doctest: +SKIP
     >>> try:
     ...     scheduler.start()                  # doctest: +SKIP
     ... except LifecycleError as exc:          # a RuntimeError too

@@ -84,3 +84,9 @@ def test_named_errors_keep_their_old_bases() -> None:
     assert issubclass(errors.TooManyRuns, RuntimeError)
     assert issubclass(errors.UnreadableRow, ValueError)
     assert issubclass(errors.TaskNotFound, LookupError)
+
+
+def test_the_errors_examples_run() -> None:
+    import doctest
+
+    assert doctest.testmod(errors).failed == 0
