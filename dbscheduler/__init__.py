@@ -12,10 +12,11 @@ crashed nodes with no extra infrastructure: the database you already have is the
 """
 
 from .client import Client
-from .context import Result, RunInfo, TaskContext, TaskInfo
+from .context import GroupInfo, Result, RunInfo, TaskContext, TaskInfo
 from .errors import (
     DatabaseUnreachable,
     LeaseLost,
+    LifecycleError,
     SchedulerError,
     SchemaMismatch,
     SchemaMissing,
@@ -40,8 +41,10 @@ __all__ = [
     "FixedDelay",
     "FixedRate",
     "GeometricBackoff",
+    "GroupInfo",
     "Health",
     "LeaseLost",
+    "LifecycleError",
     "LinearBackoff",
     "Listener",
     "NoRetry",

@@ -8,8 +8,9 @@ from typing import Any
 
 from . import batches as _batches
 from ._store import StoreBase
-from ._store.controls import GroupInfo, group_infos, set_group_limit
+from ._store.controls import group_infos, set_group_limit
 from .batches import BatchInfo
+from .context import GroupInfo
 from .options import options_from
 
 __all__ = ["GroupsAndBatches"]

@@ -19,6 +19,7 @@ from ._execution import TaskDef, TaskFunction
 from ._isolation import check_importable
 from ._store import Registration, Store, refuse_reserved, validate_name
 from ._wakeup import Wakeup
+from .errors import LifecycleError
 from .failures import FailureSettings, NoRetry
 from .listeners import Listener, Listeners
 from .logfields import engine_log
@@ -177,7 +178,7 @@ class Declarations:
             if name in self._tasks or name in self._handlers:
                 raise ValueError(f"task {name!r} is already registered on this scheduler")
             if self._state == "stopped":
-                raise RuntimeError("this scheduler was shut down; create a new one")
+                raise LifecycleError("this scheduler was shut down; create a new one")
             self._tasks[name] = definition
             started = self._state == "running"
         if started:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ._execution import Execution, describe_error, truncate
 from .context import Result, TaskContext
+from .errors import ChildFailed
 from .logfields import about, engine_log
 
 __all__ = ["KILL_AFTER", "ChildFailed", "Children", "check_importable", "run_in_child",
@@ -38,10 +39,6 @@ KILL_AFTER = 3.0
 """Seconds a child has to return after its stop was requested before it is killed."""
 ORPHAN_CHECK = 0.2
 """How often a child checks that its node is still alive, in seconds."""
-
-
-class ChildFailed(Exception):
-    """The child process ended without a result: it crashed, or it was killed."""
 
 
 def check_importable(fn: Callable[..., Any], where: str) -> None:

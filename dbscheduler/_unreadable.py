@@ -29,6 +29,7 @@ from datetime import timedelta
 from ._execution import Ended, Execution, truncate
 from .context import UNSET
 from .dialects.types import UNREADABLE_TIME
+from .errors import UnreadableRow
 from .logfields import about, engine_log
 
 __all__ = ["UNREADABLE_TIME", "Episodes", "UnreadableRow", "retry_after"]
@@ -39,19 +40,6 @@ FIRST_RETRY = timedelta(seconds=1)
 """The first retry of a row that cannot be read; each further one waits twice as long."""
 MAX_RETRY = timedelta(minutes=5)
 """The longest wait between two tries of a row that cannot be read."""
-
-
-class UnreadableRow(ValueError):
-    """A picked row's ``column`` holds something this version cannot use (``reason``).
-
-    >>> str(UnreadableRow("schedule", "unknown kind 'hourly'"))
-    "column schedule: unknown kind 'hourly'"
-    """
-
-    def __init__(self, column: str, reason: str) -> None:
-        super().__init__(f"column {column}: {reason}")
-        self.column = column
-        self.reason = reason
 
 
 def retry_after(attempt: int) -> timedelta:

@@ -1,6 +1,6 @@
 """What a task sees while it runs (:class:`TaskContext`), what it may return (:class:`Result`),
-what operations report about a row (:class:`TaskInfo`) and about a finished execution
-(:class:`RunInfo`)."""
+what operations report about a row (:class:`TaskInfo`), about a finished execution
+(:class:`RunInfo`) and about a concurrency group (:class:`GroupInfo`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 
     from .fencing import Fence
 
+from .errors import LifecycleError
 from .table import RESERVED_PREFIX
 
-__all__ = ["UNSET", "Result", "RunInfo", "Status", "TaskContext", "TaskInfo"]
+__all__ = ["UNSET", "GroupInfo", "Result", "RunInfo", "Status", "TaskContext", "TaskInfo"]
 
 Status = Literal["success", "error", "lost", "cancelled", "timeout", "skipped"]
 """The values of the ``last_status`` column: ``timeout`` is a run stopped by its ``timeout``
@@ -105,7 +106,7 @@ class TaskContext:
         ...     conn.execute(payments.insert().values(amount=10))
         """
         if self.fence is None:
-            raise RuntimeError("ctx.fenced() needs a context given by a running scheduler")
+            raise LifecycleError("ctx.fenced() needs a context given by a running scheduler")
         from .fencing import fenced  # the database side is only needed here
 
         return fenced(self.fence, target)
@@ -312,3 +313,27 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return value
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A concurrency group: its limit (``None``: none) and its executions running now
+    (``client.groups()``, ``scheduler.groups()``)::
+
+        for group in client.groups():
+            print(group.name, group.running, "/", group.limit)
+    """
+
+    name: str
+    limit: int | None
+    running: int
+    tasks: int
+    """Rows of the group."""
+    updated_at: datetime | None = None
+    """When its limit was last set."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return {"name": self.name, "limit": self.limit, "running": self.running,
+                "tasks": self.tasks,
+                "updated_at": self.updated_at.isoformat() if self.updated_at else None}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
-    "DatabaseUnreachable", "LeaseLost", "SchedulerError", "SchemaMismatch", "SchemaMissing",
-    "TaskNotFound", "TaskRunning",
+    "ChildFailed", "DatabaseUnreachable", "DeliveryFailed", "LeaseLost", "LifecycleError",
+    "ListenUnavailable", "SchedulerError", "SchemaMismatch", "SchemaMissing",
+    "TableManagedElsewhere", "TargetRefused", "TaskNotFound", "TaskRunning", "TooManyRuns",
+    "UnreadableRow",
 ]
 
 
@@ -91,3 +93,91 @@ class LeaseLost(SchedulerError):
         self.token = token
         self.node = node
         self.reason = reason
+
+
+class LifecycleError(SchedulerError, RuntimeError):
+    """An object was used at a point of its life where that cannot work: a Scheduler started
+    twice, or given a task after its shutdown; ``ctx.fenced()`` outside a running scheduler; a
+    ``TestScheduler`` closed, or made from a Scheduler already started. Also a
+    ``RuntimeError``, which these were before they had a name of their own.
+
+    >>> scheduler.shutdown()                   # doctest: +SKIP
+    >>> try:
+    ...     scheduler.start()                  # doctest: +SKIP
+    ... except LifecycleError as exc:          # a RuntimeError too
+    ...     print(exc)
+    """
+
+
+class TooManyRuns(SchedulerError, RuntimeError):
+    """``TestScheduler``: more executions were due at one instant than its ``max_runs``, the
+    sign of a schedule that never moves on (``FixedDelay(0)``, ``Result.next_at`` in the past).
+    Also a ``RuntimeError``, which it was before it had a name of its own.
+
+    >>> with pytest.raises(TooManyRuns):   # doctest: +SKIP
+    ...     harness.run_due()
+    """
+
+
+class TableManagedElsewhere(SchedulerError):
+    """``upgrade`` (``dbscheduler migrate``) refuses a table its own version table does not
+    record: the user's Alembic manages it, or it was made by hand. Creating it again would
+    only fail on the existing table.
+
+    >>> try:
+    ...     upgrade(engine, "scheduled_tasks")   # doctest: +SKIP
+    ... except TableManagedElsewhere as exc:
+    ...     print(exc)
+    """
+
+
+class TargetRefused(SchedulerError):
+    """The target host is not on the allow-list (the web app answers 403).
+
+    >>> try:
+    ...     client.push("k", {}, handler=HTTP_HANDLER, data=target)   # doctest: +SKIP
+    ... except TargetRefused as exc:
+    ...     print(exc)
+    """
+
+
+class DeliveryFailed(SchedulerError):
+    """The target answered with a status other than 2xx.
+
+    >>> def on_failure(ctx, error):   # a listener sees why a delivery failed
+    ...     if isinstance(error, DeliveryFailed):
+    ...         print(error)
+    """
+
+
+class ChildFailed(SchedulerError):
+    """``isolation="process"``: the child process ended without a result (it crashed or was
+    killed), or the function raised there; the message carries its error's text. This is the
+    error the execution fails with.
+
+    >>> str(ChildFailed("the child process was killed by SIGKILL"))
+    'the child process was killed by SIGKILL'
+    """
+
+
+class UnreadableRow(SchedulerError, ValueError):
+    """A picked row's ``column`` holds something this version cannot use (``reason``): its
+    execution fails without running, and is tried again on a back-off.
+
+    >>> str(UnreadableRow("schedule", "unknown kind 'hourly'"))
+    "column schedule: unknown kind 'hourly'"
+    """
+
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(f"column {column}: {reason}")
+        self.column = column
+        self.reason = reason
+
+
+class ListenUnavailable(SchedulerError):
+    """``LISTEN`` cannot work on this engine (a pooler in front of the server): the node
+    polls instead, and says so once.
+
+    >>> str(ListenUnavailable("LISTEN needs a session: give listen_url="))
+    'LISTEN needs a session: give listen_url='
+    """

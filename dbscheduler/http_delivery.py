@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from .batches import check_batch_handler_name
 from .context import TaskContext
-from .errors import SchedulerError
+from .errors import DeliveryFailed, TargetRefused
 from .logfields import engine_log
 
 __all__ = [
@@ -57,14 +57,6 @@ CONNECT_TIMEOUT = 5.0
 TIMEOUT = 30.0
 """Seconds a target may take to answer (and each read of its answer)."""
 _DIGEST_HEX = 16
-
-
-class TargetRefused(SchedulerError):
-    """The target host is not on the allow-list (the web app answers 403)."""
-
-
-class DeliveryFailed(SchedulerError):
-    """The target answered with a status other than 2xx."""
 
 
 def _host_entry(entry: object) -> str:

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from .dialects import dialect_named, names
-from .errors import SchedulerError
+from .errors import TableManagedElsewhere
 from .table import DEFAULT_TABLE, REVISION, split_table_name
 
 __all__ = ["HEAD", "TableManagedElsewhere", "migrations_dir", "offline_sql", "quiet_alembic",
@@ -98,12 +98,6 @@ def quiet_alembic() -> Iterator[None]:
 with quiet_alembic():
     from alembic import command
     from alembic.config import Config
-
-
-class TableManagedElsewhere(SchedulerError):
-    """``upgrade`` (``dbscheduler migrate``) refuses a table its own version table does not
-    record: the user's Alembic manages it, or it was made by hand. Creating it again would
-    only fail on the existing table."""
 
 
 def upgrade(engine: Engine, table: str = DEFAULT_TABLE, revision: str = "heads") -> None:

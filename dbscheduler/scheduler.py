@@ -33,7 +33,7 @@ from ._wakeup import NotifyListener, Wakeup
 from .alerts import AlertWatch
 from .client import Client
 from .dialects import create_engine, normalize_url, prepare_engine
-from .errors import TaskNotFound
+from .errors import LifecycleError, TaskNotFound
 from .health import Health
 from .health import check as check_health
 from .history import HistorySettings, builtin_tasks
@@ -205,7 +205,7 @@ class Scheduler(Declarations, Operations, Batching):
     def _start(self, wait_s: float) -> None:
         with self._lock:
             if self._state != "new":
-                raise RuntimeError(
+                raise LifecycleError(
                     f"Scheduler.start() called on a scheduler that is {self._state}; "
                     "a scheduler starts once: create a new one"
                 )

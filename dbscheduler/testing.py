@@ -45,12 +45,13 @@ from ._heartbeat import Heartbeat
 from ._poller import prepare, skipped
 from ._unreadable import Episodes
 from .context import Status, TaskContext, TaskInfo
+from .errors import LifecycleError, TooManyRuns
 from .listeners import Listeners, Outcome
 from .options import misfired
 from .scheduler import Scheduler
 from .table import RESERVED_PREFIX
 
-__all__ = ["Run", "TestScheduler"]
+__all__ = ["Run", "TestScheduler", "TooManyRuns"]
 
 NODE_ID = "testing"
 """``locked_by`` of the executions a :class:`TestScheduler` runs."""
@@ -119,7 +120,7 @@ class TestScheduler:
                 "not allow"
             )
         if scheduler._state != "new":
-            raise RuntimeError("TestScheduler needs a Scheduler that was never started")
+            raise LifecycleError("TestScheduler needs a Scheduler that was never started")
         if now is not None and (now.tzinfo is None or now.utcoffset() is None):
             raise ValueError(f"now={now.isoformat()} is naive; pass an aware datetime")
         self._only = _only(scheduler, tasks)
@@ -224,7 +225,7 @@ class TestScheduler:
 
     def _run_due(self, budget: int) -> list[Run]:
         if self._closed:
-            raise RuntimeError("this TestScheduler is closed")
+            raise LifecycleError("this TestScheduler is closed")
         tasks, store = self._scheduler._handlers, self._scheduler._store
         first = len(self._runs)
         while True:
@@ -248,7 +249,7 @@ class TestScheduler:
                     ended = call(execution, self._listeners, self._run_coroutine)
                 self._finisher.write_now([ended])
             if len(self._runs) - first >= budget:
-                raise RuntimeError(
+                raise TooManyRuns(
                     f"more than {self._max_runs} executions due at {self._now.isoformat()}: a "
                     "schedule that never moves on (FixedDelay(0), Result.next_at in the past)?"
                 )

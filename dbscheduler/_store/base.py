@@ -7,10 +7,11 @@ writes SQL.
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -43,9 +44,18 @@ TRANSIENT_RETRIES = 3
 class StoreBase:
     """The scheduler table on one database, reached through one SQLAlchemy engine."""
 
-    def __init__(self, engine: Engine, table: str = "scheduled_tasks") -> None:
+    def __init__(
+        self, engine: Engine, table: str = "scheduled_tasks", *, history: bool = True
+    ) -> None:
         split_table_name(table)
         self.engine = engine
+        self.history = history
+        """Write a run row for every finished execution (``Scheduler(history=None)``: no)."""
+        self._db_minus_mono: float | None = None
+        """Database clock minus the monotonic clock, measured at every poll."""
+        self.clock: Callable[[], datetime] | None = None
+        """Replaces :meth:`estimated_now`'s estimate (a test harness that moves the
+        database clock by hand gives its clock here)."""
         self.table_name = table
         self.table = make_table(table)
         self.later = self.table.alias("later")
@@ -206,6 +216,15 @@ class StoreBase:
         """The database's current time, aware UTC."""
         with self.read() as conn:
             return self.now(conn)
+
+    def estimated_now(self) -> datetime:
+        """The node's estimate of the database time: its monotonic clock plus the offset
+        measured at the last poll (a read of the database clock before the first poll)."""
+        if self.clock is not None:
+            return self.clock()
+        if self._db_minus_mono is None:
+            return self.db_now()
+        return datetime.fromtimestamp(time.monotonic() + self._db_minus_mono, timezone.utc)
 
     def refuses_writes(self) -> str | None:
         """Why the database refuses this node's writes (a read-only standby), else ``None``;

@@ -28,18 +28,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from ..context import GroupInfo
 from ..dialects import PickedRow, db_now
 from ..logfields import engine_log
+from .giveback import unpick
 
 if TYPE_CHECKING:
     from .base import StoreBase
-    from .hotpath import Store
 
 __all__ = ["GroupInfo", "eligible", "full_groups", "group_infos", "set_group_limit", "settle"]
 
@@ -100,7 +99,7 @@ def full_groups(store: StoreBase) -> sa.Select[Any]:
     return store._full_groups
 
 
-def settle(store: Store, node_id: str, rows: list[PickedRow]) -> tuple[list[PickedRow], int]:
+def settle(store: StoreBase, node_id: str, rows: list[PickedRow]) -> tuple[list[PickedRow], int]:
     """Give back the rows of ``rows`` (just picked) that would put a group over its limit.
 
     Returns the rows kept and how many were given back. Rows without a group pass through
@@ -131,7 +130,7 @@ def settle(store: Store, node_id: str, rows: list[PickedRow]) -> tuple[list[Pick
     return [r for r in rows if id(r) not in returned], len(back)
 
 
-def _over_limit(store: Store, mine: dict[str, list[PickedRow]]) -> list[PickedRow]:
+def _over_limit(store: StoreBase, mine: dict[str, list[PickedRow]]) -> list[PickedRow]:
     """The rows of ``mine`` (this pick's, by group) to give back: as many as each group is
     over its limit, counting every node's running rows."""
     g, t = store.groups, store.table
@@ -165,31 +164,10 @@ def _pick_order(row: PickedRow) -> tuple[int, Any, int]:
     return (-priority, row["prev_next_process_at"], int(row["id"]))
 
 
-def _give_back(store: Store, node_id: str, rows: list[PickedRow]) -> None:
-    from .pick import unpick  # the pick's module builds on this one
-
+def _give_back(store: StoreBase, node_id: str, rows: list[PickedRow]) -> None:
     with store.autocommit() as conn:
         unpick(store, conn, node_id, rows)
     log.debug("groups: gave back %d row(s) over their group's limit", len(rows))
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """A concurrency group: its limit (``None``: none) and its executions running now."""
-
-    name: str
-    limit: int | None
-    running: int
-    tasks: int
-    """Rows of the group."""
-    updated_at: datetime | None = None
-    """When its limit was last set."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready values."""
-        return {"name": self.name, "limit": self.limit, "running": self.running,
-                "tasks": self.tasks,
-                "updated_at": self.updated_at.isoformat() if self.updated_at else None}
 
 
 def set_group_limit(store: StoreBase, group: str, limit: int | None) -> None:

@@ -32,18 +32,20 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
-from ..context import UNSET, Status, _Unset
+from ..context import UNSET, _Unset
 from ..dialects import db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards, removed_all
 from .finish_values import delete_joined, delete_values, write_joined, write_values
-from .history import RunRecord, forget, insert_from, log_first, run_values, settle_success
+from .finish_write import FinishWrite
+from .history import forget, insert_from, log_first, run_values, settle_success
 from .state import clean_text
 
 if TYPE_CHECKING:
-    from .hotpath import Store
+    # The base, not the Store class: that one builds on this module.
+    from .base import StoreBase as Store
 
 __all__ = ["FinishWrite", "finish_batch"]
 
@@ -55,31 +57,6 @@ _CHUNK = 500
 LOST_ANSWER_RETRIES = 3
 """Writes of a batch whose connection died, each after reading back what landed, before the
 finisher's slower retries take over (connections cut again and again)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FinishWrite:
-    """The fenced write that ends one execution."""
-
-    id: int
-    token: int
-    status: Status
-    next_at: datetime
-    attempt: int
-    finished_at: datetime
-    """The node's estimate of the database time at the finish (used to plan ``next_at``);
-    the row's ``last_finished_at`` is the database's own clock at the write."""
-    error: str | None = None
-    """Written to ``last_error`` when set; a success keeps the last failure's text."""
-    payload: str | _Unset | None = UNSET
-    """New JSON state; ``UNSET`` keeps the stored one."""
-    delete: bool = False
-    """A one-off job that is done (succeeded or gave up): the fenced write deletes the row."""
-    run: RunRecord | None = None
-    """The execution's row in the run history, written with this finish when history is on."""
-    keyed: bool = False
-    """A batch key's delivery: its row is deleted only when nothing is queued for it, and
-    otherwise kept, due when the queued items say (:mod:`dbscheduler._store.batches`)."""
 
 
 def finish_batch(

@@ -22,8 +22,9 @@ from ..dialects.types import UTCDateTime
 from .history import RUN_COLUMNS, RunRecord, insert_from, log_first
 
 if TYPE_CHECKING:
-    from .finish import FinishWrite
-    from .hotpath import Store
+    # The base, not the Store class: that one builds on this module.
+    from .base import StoreBase as Store
+    from .finish_write import FinishWrite
 
 __all__ = ["delete_joined", "delete_values", "write_joined", "write_values"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -82,24 +82,8 @@ class Store(StoreBase):
     def __init__(
         self, engine: Engine, table: str = "scheduled_tasks", *, history: bool = True
     ) -> None:
-        super().__init__(engine, table)
-        self.history = history
-        """Write a run row for every finished execution (``Scheduler(history=None)``: no)."""
+        super().__init__(engine, table, history=history)
         self._shape_checked = float("-inf")
-        self._db_minus_mono: float | None = None
-        """Database clock minus the monotonic clock, measured at every poll."""
-        self.clock: Callable[[], datetime] | None = None
-        """Replaces :meth:`estimated_now`'s estimate (a test harness that moves the
-        database clock by hand gives its clock here)."""
-
-    def estimated_now(self) -> datetime:
-        """The node's estimate of the database time: its monotonic clock plus the offset
-        measured at the last poll (a read of the database clock before the first poll)."""
-        if self.clock is not None:
-            return self.clock()
-        if self._db_minus_mono is None:
-            return self.db_now()
-        return datetime.fromtimestamp(time.monotonic() + self._db_minus_mono, timezone.utc)
 
     def register(self, items: Sequence[Registration]) -> None:
         """Insert each task unless present; apply a changed schedule at once."""

@@ -4,21 +4,22 @@ reconciled by reading back what it claimed."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from .. import _faultpoints
 from ..dialects import PickedRow, db_now_plus
 from ..logfields import engine_log
 from .controls import eligible
+from .giveback import unpick
 from .handlers import handler_params, learn_strangers
 
 if TYPE_CHECKING:
-    from .hotpath import Store
+    # The base, not the Store class: that one builds on this module.
+    from .base import StoreBase as Store
 
 __all__ = ["pick_rows", "unpick"]
 
@@ -109,19 +110,3 @@ def _read_back(
         "claim, they run now", len(rows), error.orig,
     )
     return rows
-
-
-def unpick(store: Store, conn: Connection, node_id: str, rows: Sequence[PickedRow]) -> None:
-    """Undo a committed pick of rows this node cannot run (fenced by the pick's token)."""
-    t, b = store.table, sa.bindparam
-    conn.execute(
-        sa.update(t)
-        .where(t.c.id == b("u_id"), t.c.total_attempt == b("u_token"), t.c.locked_by == node_id)
-        .values(
-            locked_by=t.c.prev_locked_by,
-            next_process_at=t.c.prev_next_process_at,
-            last_started_at=t.c.prev_last_started_at,
-            attempt=t.c.attempt - 1,
-        ),
-        [{"u_id": r["id"], "u_token": r["total_attempt"]} for r in rows],
-    )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..web import cli as web_command
 from . import (  # noqa: F401  (the commands attach themselves to the group)
     batches,
     bulk,
@@ -33,6 +32,7 @@ from . import (  # noqa: F401  (the commands attach themselves to the group)
     runtime,
     schema,
     tasks,
+    web,
 )
 from .group import cli
 from .node import load_scheduler
@@ -40,9 +40,6 @@ from .render import humanize
 from .target import OperationFailed
 
 __all__ = ["OperationFailed", "cli", "humanize", "load_scheduler", "main"]
-
-cli.add_command(web_command.command())  # the web commands live with the web app
-cli.add_command(web_command.serve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

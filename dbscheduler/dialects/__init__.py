@@ -24,6 +24,7 @@ from .sessions import (
     statement_timeout,
 )
 from .sqlite import SQLiteDialect
+from .types import use_backends
 
 __all__ = [
     "DEFAULT_URL",
@@ -77,6 +78,9 @@ def registered() -> list[tuple[Dialect, tuple[str, ...]]]:
         (backend, tuple(n for n, c in _BY_NAME.items() if c is cls))
         for cls, backend in _INSTANCES.items()
     ]
+
+
+use_backends(registered())
 
 
 def names() -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
 from sqlalchemy.types import TypeEngine
 
+from ..errors import ListenUnavailable
 from ..logfields import engine_log
 from .common import (
     FENCE_PAUSE,
@@ -53,11 +54,6 @@ __all__ = ["ConnectKind", "ConnectProblem", "Dialect", "FenceBounds", "ListenUna
            "insert_if_absent_statement", "row_dicts", "seconds_param"]
 
 log = engine_log("dbscheduler.dialects")
-
-
-class ListenUnavailable(Exception):
-    """``LISTEN`` cannot work on this engine (a pooler in front of the server): the node
-    polls instead, and says so once."""
 
 
 class Dialect(StatementCache):

@@ -9,8 +9,9 @@ definition in :mod:`dbscheduler.table` carries no database's name.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SADialect
@@ -18,11 +19,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-if TYPE_CHECKING:
-    from .base import Dialect
-
 __all__ = [
     "UNREADABLE_TIME",
+    "ColumnStorage",
     "FalseDefault",
     "Flag",
     "UTCDateTime",
@@ -32,6 +31,7 @@ __all__ = [
     "table_options",
     "text_type",
     "to_utc",
+    "use_backends",
 ]
 
 UNREADABLE_TIME = datetime.min.replace(tzinfo=timezone.utc)
@@ -41,17 +41,41 @@ row never makes reading the table fail, and the engine that picks it can tell (a
 
 
 
-def _backend(sa_dialect: SADialect) -> Dialect | None:
-    # Imported here: the registry imports every dialect module, and those import this one.
-    from . import dialect_named
+class ColumnStorage(Protocol):
+    """How one database stores the column types of this module: the part of
+    :class:`~dbscheduler.dialects.base.Dialect` the types ask for. Declared here, below the
+    dialects, so that this module needs none of them: the dialect modules use these types."""
 
-    return dialect_named(sa_dialect.name)
+    def timestamp_type(self) -> TypeEngine[Any]: ...
+    def bind_timestamp(self, utc: datetime) -> Any: ...
+    def flag_type(self) -> TypeEngine[Any]: ...
+    def bind_flag(self, value: bool) -> Any: ...
+    def text_type(self) -> TypeEngine[str] | None: ...
+    def state_type(self) -> TypeEngine[str] | None: ...
+    def name_type(self, length: int) -> TypeEngine[str] | None: ...
+    def id_type(self) -> TypeEngine[int] | None: ...
+    def table_options(self) -> dict[str, Any]: ...
 
 
-def _backends() -> list[tuple[Dialect, tuple[str, ...]]]:
-    from . import registered
+_BACKENDS: list[tuple[ColumnStorage, tuple[str, ...]]] = []
+_BY_NAME: dict[str, ColumnStorage] = {}
 
-    return registered()
+
+def use_backends(backends: Iterable[tuple[ColumnStorage, tuple[str, ...]]]) -> None:
+    """Make ``backends`` (each with the SQLAlchemy dialect names it serves) the ones the types
+    ask. The dialect registry (:mod:`dbscheduler.dialects`) calls it once, when it is imported:
+    every use of these types comes after, since importing this module imports the package."""
+    _BACKENDS[:] = list(backends)
+    _BY_NAME.clear()
+    _BY_NAME.update((name, backend) for backend, names in _BACKENDS for name in names)
+
+
+def _backend(sa_dialect: SADialect) -> ColumnStorage | None:
+    return _BY_NAME.get(sa_dialect.name)
+
+
+def _backends() -> list[tuple[ColumnStorage, tuple[str, ...]]]:
+    return _BACKENDS
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -24,7 +24,7 @@ from dbscheduler import FixedRate, Scheduler
 from dbscheduler.cli import cli
 from dbscheduler.history import PRUNE_TASK
 from dbscheduler.web import Role, create_app
-from dbscheduler.web.cli import serve_app
+from dbscheduler.web.loopback import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = "http://testserver"

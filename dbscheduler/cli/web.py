@@ -6,65 +6,26 @@ Without authentication anyone who reaches the port can operate every task, so th
 bind 127.0.0.1 by default and refuse another address unless the app is ``--read-only`` or
 the operator says ``--insecure`` (for a network that is already protected, e.g. behind an
 authenticating proxy). The queue only calls hosts on its ``--allow-host`` list.
+
+The web package is imported when a command runs, never when the command line loads: the rest
+of the command line works without the web extra, and the web package needs nothing of this one.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import click
 
-from ..cli.target import OperationFailed, database_options, opened, resolve, translated_errors
+from .group import cli
+from .target import OperationFailed, database_options, opened, resolve, translated_errors
 
-if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
-
-__all__ = ["command", "is_loopback", "serve", "serve_app", "web"]
+__all__ = ["serve", "web"]
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-
-
-def serve_app(app: ASGIApp, host: str) -> ASGIApp:
-    """``app`` as the command serves it on ``host``.
-
-    On a loopback address only loopback host names are answered (400 otherwise): a web page
-    that rebinds its own domain name to 127.0.0.1 (DNS rebinding) would else be "same origin"
-    with the dashboard and could operate it from the user's browser.
-    """
-    if not is_loopback(host):
-        return app
-    from starlette.responses import PlainTextResponse
-
-    refuse = PlainTextResponse("dbscheduler web answers loopback host names only", 400)
-
-    async def loopback_only(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            name = urlsplit("//" + headers.get(b"host", b"").decode("latin-1")).hostname
-            if name not in LOOPBACK_NAMES:
-                await refuse(scope, receive, send)
-                return
-        await app(scope, receive, send)
-
-    return loopback_only
-
-
-@click.command()
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to bind; another than loopback needs --read-only or --insecure")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
@@ -82,7 +43,7 @@ def web(host: str, port: int, read_only: bool, insecure: bool, log_level: str,
         allow_hosts: tuple[str, ...], url: str | None, table: str | None) -> None:
     """Serve the web dashboard and the REST API (/api) until Ctrl-C."""
     _check_exposure(host, read_only, insecure)
-    uvicorn, create_app = _web_modules("web")
+    uvicorn, create_app, serve_app = _web_modules("web")
     target = resolve(url, table)
     _log(log_level)
     with opened(target) as client:
@@ -99,6 +60,8 @@ def web(host: str, port: int, read_only: bool, insecure: bool, log_level: str,
 
 
 def _check_exposure(host: str, read_only: bool, insecure: bool) -> None:
+    from ..web.loopback import is_loopback
+
     if not is_loopback(host) and not (read_only or insecure):
         raise click.UsageError(
             f"refusing to serve on {host}: anyone who reaches it could pause, trigger and "
@@ -107,17 +70,19 @@ def _check_exposure(host: str, read_only: bool, insecure: bool) -> None:
         )
 
 
-def _web_modules(command: str) -> tuple[Any, Any]:
+def _web_modules(command: str) -> tuple[Any, Any, Any]:
     try:
         import uvicorn
 
-        from .app import create_app
+        from ..web.app import create_app
     except ImportError as exc:
         raise OperationFailed(
             f"`dbscheduler {command}` needs the web extra: pip install 'dbscheduler[web]' "
             f"({exc})"
         ) from exc
-    return uvicorn, create_app
+    from ..web.loopback import serve_app
+
+    return uvicorn, create_app, serve_app
 
 
 def _log(level: str) -> None:
@@ -125,7 +90,7 @@ def _log(level: str) -> None:
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
 
-@click.command()
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to bind; another than loopback needs --insecure")
 @click.option("--port", type=click.IntRange(0, 65535), default=23334, show_default=True)
@@ -149,7 +114,7 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...], insecure: bool,
     delivering the batches to their targets, until Ctrl-C. Run it on several machines
     against one database for redundancy."""
     _check_exposure(host, False, insecure)
-    uvicorn, create_app = _web_modules("serve")
+    uvicorn, create_app, serve_app = _web_modules("serve")
     from ..scheduler import Scheduler
 
     target = resolve(url, table)
@@ -187,7 +152,3 @@ def _count_executions(node: Any) -> None:
         except ValueError as exc:  # the global registry has them from another listener
             logging.getLogger("dbscheduler.web").info("metrics: %s", exc)
 
-
-def command() -> click.Command:
-    """The ``web`` command, for ``dbscheduler.cli`` to register."""
-    return web

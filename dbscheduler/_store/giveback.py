@@ -1,0 +1,36 @@
+"""Giving picked rows back as they were: the pick's rows this node cannot run (a handler it
+lacks, :mod:`.pick`) and those over their group's limit (:mod:`.controls`).
+
+Its own module, below both, so that the pick and the group limits need not import each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..dialects import PickedRow
+
+if TYPE_CHECKING:
+    from .base import StoreBase
+
+__all__ = ["unpick"]
+
+
+def unpick(store: StoreBase, conn: Connection, node_id: str, rows: Sequence[PickedRow]) -> None:
+    """Undo a committed pick of rows this node will not run (fenced by the pick's token)."""
+    t, b = store.table, sa.bindparam
+    conn.execute(
+        sa.update(t)
+        .where(t.c.id == b("u_id"), t.c.total_attempt == b("u_token"), t.c.locked_by == node_id)
+        .values(
+            locked_by=t.c.prev_locked_by,
+            next_process_at=t.c.prev_next_process_at,
+            last_started_at=t.c.prev_last_started_at,
+            attempt=t.c.attempt - 1,
+        ),
+        [{"u_id": r["id"], "u_token": r["total_attempt"]} for r in rows],
+    )
