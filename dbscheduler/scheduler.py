@@ -1,7 +1,10 @@
-"""The :class:`Scheduler`: registration, start/shutdown/run, and the operations.
+"""The :class:`Scheduler`: declaring tasks, handlers and listeners, start/shutdown/run, the
+operations and the batches.
 
-It is thin: it validates, wires the engine's parts together, and delegates SQL to the store
-(the engine) and to its :class:`~dbscheduler.Client` (the operations).
+One class, composed: it validates (the declarations' checks live in :mod:`._declarations`),
+wires the engine's parts together, and delegates SQL to the store (the engine) and to its
+:class:`~dbscheduler.Client` (the operations and the batches), waking its own poller where a
+change may make a task due sooner.
 """
 
 from __future__ import annotations
@@ -9,39 +12,42 @@ from __future__ import annotations
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from ._batching import Batching
 from ._clock import Clock
-from ._declarations import Declarations, default_node_id
+from ._declarations import declare_task, default_node_id, registration
 from ._durations import duration
 from ._execution import Ended, Execution, TaskDef, TaskFunction
 from ._executor import Executor
 from ._finisher import Finisher, run_record
 from ._heartbeat import Heartbeat
 from ._isolation import warm_up
-from ._operations import Operations
 from ._poller import Poller
 from ._startup import retry_unreachable, run_until_signal
-from ._store import Store
+from ._store import Store, refuse_reserved
 from ._wakeup import NotifyListener, Wakeup
 from .alerts import AlertWatch
+from .batches import BatchFunction, BatchInfo, batch_failure, check_batch_handler_name, delivery
 from .client import Client
+from .context import RunInfo, TaskInfo
 from .dialects import create_engine, normalize_url, prepare_engine
 from .errors import LifecycleError, TaskNotFound
+from .failures import FailureSettings
 from .health import Health
 from .health import check as check_health
 from .history import HistorySettings, builtin_tasks
-from .listeners import Listeners
+from .listeners import Listener, Listeners
 from .logfields import about, engine_log, engine_thread, node_context
 from .nodes import NodeRegistry
 from .options import node_tags
 from .runtime import Handlers
+from .schedules import Schedule
 from .table import DEFAULT_TABLE, split_table_name
 
 __all__ = ["Scheduler"]
@@ -49,9 +55,10 @@ __all__ = ["Scheduler"]
 log = engine_log("dbscheduler")
 
 F = TypeVar("F", bound=TaskFunction)
+B = TypeVar("B", bound=BatchFunction)
 
 
-class Scheduler(Declarations, Operations, Batching):
+class Scheduler:
     """Runs registered tasks on this node, coordinated with every other node through one table.
 
     ::
@@ -400,6 +407,288 @@ class Scheduler(Declarations, Operations, Batching):
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+    # -- declaring: tasks, handlers, listeners (checked by _declarations) ---------------
+    def task(
+        self,
+        name: str,
+        *,
+        schedule: Schedule,
+        on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Decorator registering a function as the task ``name``; ``options`` are the
+        execution options (:class:`~dbscheduler.options.TaskOptions`: ``priority``,
+        ``group``, ``requires``, ``timeout``, ``isolation``, ``misfire``, ``grace``,
+        ``jitter``).
+
+        ``alert_after`` (a timedelta or seconds): listeners get ``on_overdue`` when the task
+        has not succeeded for that long (it keeps failing, or nobody runs it).
+
+        >>> @scheduler.task("cleanup", schedule=FixedDelay(300), timeout=60)  # doctest: +SKIP
+        ... def cleanup(ctx: TaskContext) -> None: ...
+        """
+
+        def register(fn: F) -> F:
+            self.add(name, fn, schedule=schedule, on_failure=on_failure,
+                     alert_after=alert_after, **options)
+            return fn
+
+        return register
+
+    def add(
+        self,
+        name: str,
+        fn: TaskFunction,
+        *,
+        schedule: Schedule,
+        on_failure: FailureSettings | None = None,
+        alert_after: timedelta | float | None = None,
+        **options: Any,
+    ) -> None:
+        """Register ``fn`` as the task ``name`` (the function may be a coroutine function),
+        with the execution ``options`` (see :meth:`task`).
+
+        Its row is inserted if absent when the scheduler starts (at once if already started);
+        a changed schedule or ``alert_after`` applies at once. Invalid arguments raise
+        ``ValueError`` naming the task and the field, before anything is written; names
+        starting with ``dbscheduler.`` are reserved.
+
+        >>> scheduler.add("cleanup", cleanup, schedule=FixedDelay(300),
+        ...               alert_after=timedelta(hours=1))   # doctest: +SKIP
+        """
+        definition = declare_task(name, fn, schedule, on_failure, options, alert_after)
+        with self._lock:
+            if name in self._tasks or name in self._handlers:
+                raise ValueError(f"task {name!r} is already registered on this scheduler")
+            if self._state == "stopped":
+                raise LifecycleError("this scheduler was shut down; create a new one")
+            self._tasks[name] = definition
+            started = self._state == "running"
+        if started:
+            self._register([definition])
+            self._wakeup.set()
+
+    def handler(
+        self, name: str, *, on_failure: FailureSettings | None = None
+    ) -> Callable[[F], F]:
+        """Decorator registering a function as the handler ``name``: no row; this node runs
+        every row whose handler is ``name`` (``schedule``/``schedule_once`` from any process).
+
+        >>> @scheduler.handler("send-report")   # doctest: +SKIP
+        ... def send_report(ctx: TaskContext) -> None: mail(ctx.data["to"])
+        """
+
+        def register(fn: F) -> F:
+            refuse_reserved(name, "handler")
+            with self._lock:
+                self._handlers.add(name, fn, on_failure)
+            self._wakeup.set()
+            return fn
+
+        return register
+
+    def sync(self) -> None:
+        """Write the rows of the declared tasks (and create the table where the scheduler
+        may), without starting: a deploy step before the new nodes come up."""
+        self._ensure_schema()
+        self._register(self._declared())
+
+    def _declared(self) -> list[TaskDef]:
+        """The tasks whose rows this node writes: the declared ones and the built-in ones."""
+        return list(self._handlers.tasks.values())
+
+    def _register(self, defs: list[TaskDef]) -> None:
+        self._store.register([registration(d) for d in defs])
+
+    def add_listener(self, listener: Listener) -> None:
+        """Add a :class:`~dbscheduler.Listener` (any object with some of its hooks works too).
+
+        >>> scheduler.add_listener(Timings())   # doctest: +SKIP
+        """
+        self._listeners.add(listener)
+
+    # -- operations: the client's, waking the local poller where a task may be due sooner
+    @contextmanager
+    def _ops(self, name: str) -> Iterator[Client]:
+        """The client, with the table made on first use (embedded default), and an unknown
+        name that is registered here but not written yet explained as such."""
+        if self._embedded and not self._schema_ready:
+            self._ensure_schema()
+        try:
+            yield self.client
+        except TaskNotFound as exc:
+            if name in self._tasks and self._state in ("new", "starting"):
+                raise TaskNotFound(
+                    name, self.table,
+                    "it is added to this Scheduler but its row is written by start(); "
+                    "call start() first (or operate it from a started node)",
+                ) from exc
+            raise
+
+    def trigger(self, name: str) -> None:
+        """Make ``name`` due now; nodes listening on PostgreSQL wake at once.
+
+        Raises :class:`TaskNotFound` for an unknown name and :class:`TaskRunning` while it
+        runs (its next time is then its lease).
+        """
+        with self._ops(name) as client:
+            client.trigger(name)
+        self._wakeup.set()
+
+    def reschedule(self, name: str, at: datetime) -> None:
+        """Set the next due time of ``name`` to the aware datetime ``at``."""
+        with self._ops(name) as client:
+            client.reschedule(name, at)
+        self._wakeup.set()
+
+    def pause(self, name: str) -> None:
+        """Never pick ``name`` again, on any node, until :meth:`resume`."""
+        with self._ops(name) as client:
+            client.pause(name)
+
+    def resume(self, name: str) -> None:
+        """Undo :meth:`pause`; the task runs at its stored next time (at once if past)."""
+        with self._ops(name) as client:
+            client.resume(name)
+        self._wakeup.set()
+
+    def cancel(self, name: str) -> bool:
+        """Ask the running execution of ``name`` to stop (``ctx.stop_requested``, seen within
+        one heartbeat on its node). Returns False, changing nothing, if it is not running."""
+        with self._ops(name) as client:
+            asked = client.cancel(name)
+        if asked and self._heartbeat is not None:
+            for ex in self._heartbeat.tracked():
+                if ex.task.name == name:
+                    self._cancelled(ex)
+        return asked
+
+    def delete(self, name: str, force: bool = False) -> None:
+        """Delete the row of ``name``; refused while it runs unless ``force=True``.
+
+        A task still registered on a running node is inserted again when a node starts.
+        """
+        with self._ops(name) as client:
+            client.delete(name, force=force)
+
+    def schedule(self, name: str, handler: str, schedule: Schedule, *, data: Any = None,
+                 **options: Any) -> None:
+        """Create or update the runtime task ``name`` (see :meth:`Client.schedule`)."""
+        with self._ops(name) as client:
+            client.schedule(name, handler, schedule, data=data, **options)
+        self._wakeup.set()
+
+    def schedule_once(self, name: str, handler: str, at: datetime, *, data: Any = None,
+                      **options: Any) -> None:
+        """A one-off job at ``at`` (see :meth:`Client.schedule_once`)."""
+        with self._ops(name) as client:
+            client.schedule_once(name, handler, at, data=data, **options)
+        self._wakeup.set()
+
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        """At most ``limit`` executions of ``group`` at once across the cluster (see
+        :meth:`Client.set_group_limit`).
+
+        >>> scheduler.set_group_limit("reports", 2)   # doctest: +SKIP
+        """
+        with self._ops(group) as client:
+            client.set_group_limit(group, limit)
+        self._wakeup.set()
+
+    def unschedule(self, name: str) -> bool:
+        """Delete the row ``name``; False when there was none (see :meth:`Client.unschedule`)."""
+        with self._ops(name) as client:
+            return client.unschedule(name)
+
+    def tasks(self) -> list[TaskInfo]:
+        """A :class:`TaskInfo` for every row in the table, ordered by name."""
+        with self._ops("") as client:
+            return client.tasks()
+
+    def info(self, name: str) -> TaskInfo:
+        """The :class:`TaskInfo` of ``name``."""
+        with self._ops(name) as client:
+            return client.info(name)
+
+    def runs(
+        self,
+        name: str | None = None,
+        *,
+        status: str | Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Finished executions, newest first (see :meth:`Client.runs`).
+
+        >>> scheduler.runs("nightly-report", status="error", limit=5)   # doctest: +SKIP
+        """
+        with self._ops("") as client:
+            return client.runs(name, status=status, since=since, until=until, limit=limit)
+
+    # -- keyed delayed batches: handlers declared here, push / drop / list by the client
+    def batch_handler(
+        self, name: str, *, on_failure: FailureSettings | None = None
+    ) -> Callable[[B], B]:
+        """Decorator registering ``fn(ctx, items)`` as the batch handler ``name``: this node
+        delivers the keys pushed to it (:meth:`push`), each key's pending items in one call,
+        in push order.
+
+        A failed delivery (an exception, or ``Result.error``) keeps the items and is retried
+        by ``on_failure`` — by default ``GeometricBackoff(1 s, max_delay=5 min)``; settings
+        that give up (``NoRetry``, ``max_attempts``) are refused, as they would lose items.
+
+        >>> @scheduler.batch_handler("digest")   # doctest: +SKIP
+        ... def digest(ctx: TaskContext, items: list[Any]) -> None:
+        ...     send_mail(ctx.name, items)
+        """
+
+        def register(fn: B) -> B:
+            self._add_batch_handler(name, fn, on_failure)
+            return fn
+
+        return register
+
+    def _add_batch_handler(self, name: str, fn: BatchFunction,
+                           on_failure: FailureSettings | None, *, internal: bool = False) -> None:
+        check_batch_handler_name(name, internal=internal)
+        settings = batch_failure(name, on_failure)
+        deliver = delivery(self._store, name, fn)
+        with self._lock:
+            self._handlers.add(name, deliver, settings)
+        self._wakeup.set()
+
+    def _add_http_delivery(self, hosts: Sequence[str]) -> tuple[str, ...]:
+        """Register the built-in HTTP delivery handler for targets on ``hosts``; returns the
+        allow-list's entries."""
+        from .http_delivery import HTTP_HANDLER, AllowList, HttpDelivery
+
+        allow = AllowList(hosts)
+        self._add_batch_handler(HTTP_HANDLER, HttpDelivery(allow), None, internal=True)
+        return allow.hosts
+
+    def _batch_client(self) -> Client:
+        if self._embedded and not self._schema_ready:
+            self._ensure_schema()
+        return self.client
+
+    def push(self, key: str, item: Any, *, handler: str, ontime: Any = None,
+             update: str = "always", data: Any = None) -> None:
+        """Queue ``item`` (JSON) under ``key`` for the batch handler ``handler``, from any
+        process (see :meth:`Client.push`)."""
+        self._batch_client().push(key, item, handler=handler, ontime=ontime, update=update,
+                                  data=data)
+        self._wakeup.set()
+
+    def drop(self, key: str, *, handler: str) -> int:
+        """Remove the pending items of ``key``; returns how many (see :meth:`Client.drop`)."""
+        return self._batch_client().drop(key, handler=handler)
+
+    def batches(self, handler: str | None = None) -> list[BatchInfo]:
+        """The keys with pending items (see :meth:`Client.batches`)."""
+        return self._batch_client().batches(handler)
 
     # -- engine callbacks ----------------------------------------------------------------
     def _ended(self, ended: Ended) -> None:
