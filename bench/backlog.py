@@ -9,6 +9,28 @@ analysed; ``--analyze`` analyses it once filled) gets ``--pending`` one-off jobs
 the job's name). Printed: the seconds until the due jobs are gone (or the rows left at
 ``--timeout``), how many executions each node ran — nodes that share a backlog each do a
 share of it — and the exactly-once check: every due job ran once, none twice, no pending one.
+
+Measured (private PostgreSQL 15 and MariaDB 10.11 from tests/servers, a 2-core machine shared
+with other work, load average 9-11; 3 nodes, 20,000 due, 100,000 pending, every job once and
+each node about a third in every run), before and after finished one-off jobs were deleted a
+batch per statement instead of one ``DELETE`` each:
+
+==========================  ==========  ==========
+table                       before      after
+==========================  ==========  ==========
+PostgreSQL, analysed        29.2 s      6.2 s
+PostgreSQL, never analysed  39.3 s      25.7 s
+MariaDB, analysed           46.2 s      30.3 s
+MariaDB, never analysed     48.7, 42.0  17.7, 29.7
+==========================  ==========  ==========
+
+What is left is the pick: on a never-analysed PostgreSQL table its walks are planned as a
+bitmap scan and a sort of every due row (19 ms with 20,000 due), and its next-due subquery as
+one of every row of the handler (51 ms with 120,000), against 0.7 ms for the whole pick once
+analysed; on MariaDB (analysed or not) its read of due ids is a range over every due row and a
+filesort (48 ms with 20,000 due), so each pick costs in proportion to the backlog. Split into a
+walk of the priority-0 rows in due order it takes 0.07 ms, but the rows of other priorities
+have no index to walk there (PostgreSQL's partial pick index): that needs a schema change.
 """
 
 from __future__ import annotations
