@@ -7,12 +7,17 @@ Oracle (the recording driver of ``test_dialect_sql``). The real cluster is
 from __future__ import annotations
 
 import logging
+import time
+import types
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import sqlalchemy as sa
 
+from dbscheduler._clock import Clock
 from dbscheduler._store.nodes import node_clocks
+from dbscheduler.health import check
 from dbscheduler.nodes import SKEW_TOLD_AFTER, ClockSkew, NodeRegistry, takeover_margin
 from tests.unit.test_dialect_sql import NAMES, NODE, NOW, Reply, Rig, _executed, _param_values, _rig
 
@@ -123,3 +128,23 @@ def test_the_registry_sets_the_margin_and_warns_once(rig: Rig,
     told = [r.getMessage() for r in caplog.records if "clock skew" in r.getMessage()]
     assert len(told) == 1 and "node-Zz1" in told[0] and "2.6 s ahead" in told[0]
     assert registry.skew_reason() is not None
+
+
+def test_health_names_the_skew_and_stays_ok(rig: Rig) -> None:
+    registry = NodeRegistry(rig.store, NODE, [], lambda: [])
+    for i in range(SKEW_TOLD_AFTER + 2):
+        rig.db.on(r"^SELECT \S+\.node_id, \S+\.last_seen", Reply(
+            ["node_id", "last_seen", "db_now"],
+            [("node-Zz1", NOW + timedelta(seconds=i), NOW + timedelta(seconds=i + 2.6))]))
+        registry.beat(0, 1.0, now=float(i * 10))
+    now = time.monotonic()
+    heartbeat = types.SimpleNamespace(last_beat_at=now, tracked=lambda: [], registry=registry)
+    h = check(node_id=NODE, state="running", engine=sa.create_engine("sqlite://"),
+              ping=lambda: None, clock=Clock(),
+              poller=types.SimpleNamespace(last_poll_at=now),  # type: ignore[arg-type]
+              heartbeat=heartbeat,  # type: ignore[arg-type]
+              executor=types.SimpleNamespace(running=lambda: []),  # type: ignore[arg-type]
+              poll_interval=timedelta(seconds=0.5), lease=LEASE)
+    assert h.ok
+    assert h.reason == ("database clock 2.6 s ahead of node(s) node-Zz1's: takeovers wait "
+                        "3.0 s past a lease's end")
