@@ -167,7 +167,9 @@ def test_postgresql_pick_and_poll_plans_stay_cheap_on_a_stock_server(
         cost = plans[0]["Plan"]["Total Cost"]
         assert cost < JIT_ABOVE_COST, f"{what} with {handlers} handlers: estimated {cost}"
         planning = [_explain(store, run, analyze=True)["Planning Time"] for _ in range(3)]
-        assert min(planning) < 5, f"{what} with {handlers} handlers: planned in {planning} ms"
+        # Under 5 ms on an idle machine; the bound is ten times that, for a busy one (the
+        # plan's shape is held by the cost estimate above, which no load changes).
+        assert min(planning) < 50, f"{what} with {handlers} handlers: planned in {planning} ms"
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
