@@ -65,11 +65,12 @@ PRUNE_AFTER = timedelta(days=7)
 PRUNE_EVERY = 3600.0
 """Seconds between two prunes by one node (and one at its start)."""
 SKEW_FLOOR = 0.5
-"""Seconds: a database clock ahead of another's by no more than this, or than half the
-registry's write interval if more, is never counted as skew (see :class:`ClockSkew`)."""
+"""Seconds: a database clock ahead of another's by no more than this, or than the registry's
+write interval (a third of the lease) if more, is never counted as skew (see
+:class:`ClockSkew`)."""
 SKEW_SAMPLES = 20
 """Fresh writes of another node kept per node for the skew estimate (the smallest wins)."""
-SKEW_TOLD_AFTER = 5
+SKEW_TOLD_AFTER = 10
 """Fresh writes of a node seen before skew against it is logged (one early sample may be an
 old write read late; the margin applies from the first)."""
 
@@ -319,7 +320,11 @@ class NodeRegistry:
         """Read the other live nodes' last writes, update the skew estimate, and set the
         store's takeover margin from it; log once when this node's clock is found ahead."""
         if self.skew is None:
-            self.skew = ClockSkew(max(SKEW_FLOOR, every / 2))
+            # A whole write interval: a busy machine delays writes and reads by a fraction of
+            # it (seen: a smallest age of 0.6 s out of five reads on one database), and a
+            # skew under a third of the lease cannot make a lease renewed every third of it
+            # look expired.
+            self.skew = ClockSkew(max(SKEW_FLOOR, every))
         try:
             rows = node_clocks(self._store, self._node_id, ALIVE_WITHIN)
         except Exception as exc:

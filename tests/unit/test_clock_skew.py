@@ -49,7 +49,9 @@ def reads(skew: ClockSkew, writes: list[float], ages: list[float], ahead: float,
 # -- the estimate --------------------------------------------------------------------------
 def test_a_fast_clock_is_found_within_the_smallest_age_of_the_writes() -> None:
     skew = ClockSkew(bound=0.5)
-    reads(skew, [0, 1, 2, 3, 4, 5], [0.9, 0.6, 0.3, 0.05, 0.7, 0.4], ahead=2.5)
+    writes = list(range(SKEW_TOLD_AFTER + 1))
+    ages = [0.9, 0.6, 0.3, 0.05, 0.7, 0.4, 0.8, 0.2, 0.5, 0.6, 0.3][:len(writes)]
+    reads(skew, writes, ages, ahead=2.5)
     seconds, nodes = skew.ahead(SKEW_TOLD_AFTER)
     assert nodes == ["b"]
     assert seconds == pytest.approx(2.55)  # never below the true skew
@@ -72,7 +74,8 @@ def test_a_row_that_stops_advancing_gives_no_sample_and_a_gone_row_is_forgotten(
     for i in range(1, 8):
         skew.observe([("b", at(0), at(20 + i))], mono=float(i))
     assert skew.ahead() == (0.0, [])
-    reads(skew, [10, 11, 12, 13, 14, 15], [0.1] * 6, ahead=3.0, node="c")
+    reads(skew, [10 + i for i in range(SKEW_TOLD_AFTER + 1)], [0.1] * (SKEW_TOLD_AFTER + 1),
+          ahead=3.0, node="c")
     assert skew.ahead(SKEW_TOLD_AFTER)[1] == ["c"]
     skew.observe([], mono=99.0)
     assert skew.ahead() == (0.0, [])
