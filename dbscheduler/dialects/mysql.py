@@ -274,19 +274,15 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         names = list(rows[0])
-        columns = ", ".join(
-            f"c{i} {self._json_column_type(table.c[n].type)} PATH '$[{i}]'"
-            for i, n in enumerate(names))
-        source = sa.text(f"JSON_TABLE(:u_rows, '$[*]' COLUMNS ({columns})) AS u").bindparams(
-            sa.bindparam("u_rows", type_=sa.UnicodeText()))
+        source = self._json_rows(table, names, "u")
         proposed = {n: sa.literal_column(f"u.c{i}", table.c[n].type)
                     for i, n in enumerate(names)}
         select: sa.Select[Any] = sa.select(*proposed.values()).select_from(source)
         insert = mysql_insert(table).from_select(names, select)
         # The list of pairs keeps the assignments in order (evaluated left to right).
         pairs = [(c.name, v) for c, v in on_existing(lambda n: proposed[n])]
-        conn.execute(insert.on_duplicate_key_update(pairs), {"u_rows": json.dumps(
-            [[self._json_value(r[n]) for n in names] for r in rows])})
+        conn.execute(insert.on_duplicate_key_update(pairs),
+                     {"u_rows": self._json_rows_value(names, rows)})
 
     def insert_rows(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]],
@@ -298,18 +294,26 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         names = list(rows[0])
-        columns = ", ".join(
-            f"c{i} {self._json_column_type(table.c[n].type)} PATH '$[{i}]'"
-            for i, n in enumerate(names))
-        source = sa.text(f"JSON_TABLE(:r_rows, '$[*]' COLUMNS ({columns})) AS r").bindparams(
-            sa.bindparam("r_rows", type_=sa.UnicodeText()))
+        source = self._json_rows(table, names, "r")
         picked: list[ColumnElement[Any]] = [
             sa.literal_column(f"r.c{i}") for i in range(len(names))]
         select: sa.Select[Any] = sa.select(*picked, *(db_now() for _ in now)).select_from(
             source)
         stmt = sa.insert(table).from_select([*names, *now], select)
-        conn.execute(stmt, {"r_rows": json.dumps(
-            [[self._json_value(r[n]) for n in names] for r in rows])})
+        conn.execute(stmt, {"r_rows": self._json_rows_value(names, rows)})
+
+    def _json_rows(self, table: sa.Table, names: Sequence[str], alias: str) -> sa.TextClause:
+        """``JSON_TABLE(:<alias>_rows …) AS <alias>``: rows given as one JSON parameter (see
+        :meth:`_json_rows_value`), column ``c<i>`` holding ``names[i]`` typed as in ``table``."""
+        columns = ", ".join(
+            f"c{i} {self._json_column_type(table.c[n].type)} PATH '$[{i}]'"
+            for i, n in enumerate(names))
+        return sa.text(
+            f"JSON_TABLE(:{alias}_rows, '$[*]' COLUMNS ({columns})) AS {alias}"
+        ).bindparams(sa.bindparam(f"{alias}_rows", type_=sa.UnicodeText()))
+
+    def _json_rows_value(self, names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+        return json.dumps([[self._json_value(r[n]) for n in names] for r in rows])
 
     @staticmethod
     def _json_column_type(type_: TypeEngine[Any]) -> str:
