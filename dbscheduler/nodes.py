@@ -193,6 +193,7 @@ class ClockSkew:
         self.bound = bound
         self._last: dict[str, tuple[datetime, float]] = {}
         self._samples: dict[str, deque[float]] = {}
+        self._first_at: dict[str, float] = {}
         self._first: dict[str, float] = {}
         """A node's difference at its first read, counted until the next read tells whether
         its row advances (a node met a moment ago is compared at once)."""
@@ -208,16 +209,23 @@ class ClockSkew:
             self._last[node] = (last_seen, mono)
             if previous is None:
                 self._first[node] = (now - last_seen).total_seconds()
+                self._first_at[node] = mono
+                continue
+            if last_seen <= previous[0]:
+                # Not written since: a live node writes within one interval, so its first
+                # difference stands until then (dropping it at once left a node that had
+                # just joined with no margin for an interval, and it took a live lease).
+                if mono - self._first_at.get(node, mono) > 2 * self.bound:
+                    self._first.pop(node, None)
                 continue
             self._first.pop(node, None)
-            if last_seen <= previous[0]:
-                continue
             samples = self._samples.setdefault(node, deque(maxlen=SKEW_SAMPLES))
             samples.append((now - last_seen).total_seconds())
         for node in [n for n in self._last if n not in seen]:  # gone from the registry
             self._last.pop(node, None)
             self._samples.pop(node, None)
             self._first.pop(node, None)
+            self._first_at.pop(node, None)
 
     def ahead(self, samples: int = 1) -> tuple[float, list[str]]:
         """``(seconds, nodes)``: the largest estimate beyond :attr:`bound` among the nodes
