@@ -252,7 +252,7 @@ def test_cancel_of_a_running_task_sets_stop_requested_and_records_cancelled(
     node.start_long()
     assert ops.cancel("long") is True
     assert ops.info("long").stop_requested
-    # Seen by the node's heartbeat (every lease / 3 = 0.5 s), not by the same object.
+    # Seen by the node's heartbeat (every lease / 3 = 2 s), not by the same object.
     # The heartbeat brings it, nothing else does: a bound of many heartbeats still tells.
     assert node.long_saw_stop.wait(30), "ctx.stop_requested was never set"
     wait_until(lambda: not ops.info("long").running, 60,

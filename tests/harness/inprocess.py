@@ -42,9 +42,12 @@ class Node:
     """A started Scheduler with two tasks due in an hour, run on demand with ``trigger``.
 
     ``long`` waits (up to 20 s) on ``ctx.stop_requested``; ``quick`` records when it ran.
+    The lease (6 s: a heartbeat every 2 s) outlasts a heartbeat thread starved of CPU on a
+    busy machine: a shorter one was lost there, which also stops ``long``, but as a lost
+    lease, not the operation a test asserts.
     """
 
-    def __init__(self, url: str, table: str, *, lease: float = 1.5, poll: float = 0.2) -> None:
+    def __init__(self, url: str, table: str, *, lease: float = 6, poll: float = 0.2) -> None:
         self.node_id = f"node-{uuid.uuid4().hex[:6]}"
         self.scheduler = Scheduler(
             url, table=table, node_id=self.node_id, lease=lease, poll_interval=poll

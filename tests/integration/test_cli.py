@@ -281,8 +281,9 @@ def test_commands_on_a_running_task(
     result = invoke("cancel", "long", *db)
     assert result.exit_code == 0, result.output
     assert result.stdout == f"asked the running execution of 'long' on node {node} to stop\n"
-    assert running.long_saw_stop.wait(3), "the node did not see the cancel within a heartbeat"
-    wait_until(lambda: not api.info("long").running, 5, "the cancelled execution to end")
+    # Seen at the node's next heartbeat (every 2 s); a bound of many heartbeats still tells.
+    assert running.long_saw_stop.wait(30), "the node did not see the cancel"
+    wait_until(lambda: not api.info("long").running, 60, "the cancelled execution to end")
     assert json.loads(invoke("show", "long", "--json", *db).stdout)["last_status"] == "cancelled"
     assert "cancelled" in invoke("list", *db).stdout
 
