@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -44,14 +45,18 @@ def test_healthy_while_running_with_an_execution(migrated: tuple[str, str]) -> N
     try:
         with running(s):
             assert started.wait(20)
-            # Past a whole lease: the heartbeat (every lease / 3) keeps it healthy.
-            time.sleep(3.5)
+            # Past a whole lease of the execution: the heartbeat (every lease / 3) has kept
+            # extending it, and the node is healthy. Waited for, not slept: a heartbeat thread
+            # starved of CPU on a busy machine comes late, not never.
+            past = s.client.db_now() + timedelta(seconds=3.5)
+            wait_until(lambda: (s.health().last_heartbeat_at or past) > past, timeout=60,
+                       what="a heartbeat a whole lease after the execution started")
             h = s.health()
             assert h == Health(ok=True, node_id="healthy-1", db_reachable=True,
                                last_poll_at=h.last_poll_at,
                                last_heartbeat_at=h.last_heartbeat_at, running=1, reason=None)
             assert h.last_poll_at is not None and h.last_heartbeat_at is not None
-            assert abs((s.client.db_now() - h.last_heartbeat_at).total_seconds()) < 2.5
+            assert s.info("slow").running, "the heartbeat kept the execution's lease"
             release.set()
     finally:
         release.set()
@@ -90,7 +95,9 @@ def test_a_database_cut_off_by_a_proxy_is_reported_and_recovery_too(tmp_path: ob
                 for _ in range(3):
                     started = time.monotonic()
                     h = s.health(timeout=1)
-                    assert time.monotonic() - started < 3  # a hanging database does not hang it
+                    # A hanging database does not hang it (ten times the timeout, for a busy
+                    # machine: a hang would last until TCP gives up, minutes).
+                    assert time.monotonic() - started < 10
                     assert not h.ok and not h.db_reachable
                     reasons.append(h.reason or "")
                     if "did not answer" in reasons[-1]:
