@@ -305,10 +305,14 @@ def remove_delivered(
         delete = sa.delete(items).where(items.c.task_name == name, items.c.id.in_(chunk), held)
         try:
             with store.autocommit() as conn:
-                removed += _rowcount(conn.execute(delete))
+                count = _rowcount(conn.execute(delete))
                 _faultpoints.reached("delivered")
         except sa.exc.DBAPIError as exc:
-            removed += _settle_removed(store, name, chunk, delete, exc)
+            # The read-back counts what this delete removed too: counted once, not twice
+            # (twice, the delivery was not known to have removed its items, and a finish
+            # refused later left its run row "lost").
+            count = _settle_removed(store, name, chunk, delete, exc)
+        removed += count
     if ids and removed == len(ids):
         _remember(store, (name, token, node_id, to_utc(picked_at)))
     return removed

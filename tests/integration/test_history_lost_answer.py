@@ -351,11 +351,27 @@ def test_a_finish_that_never_landed_read_back_two_picks_later_is_refused(
         engine.dispose()
 
 
+@pytest.mark.parametrize("lost_answer", [False, True], ids=["answered", "removal answer lost"])
 @pytest.mark.parametrize("backend", ["postgresql", "mysql", "sqlite"])
 def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_too_late(
-        migrated: tuple[str, str]) -> None:
+        migrated: tuple[str, str], monkeypatch: pytest.MonkeyPatch, lost_answer: bool) -> None:
+    """With ``lost_answer``, the connection of the removal dies after the delete committed:
+    the removal is read back, and counted once (counted twice, the delivery was not known to
+    have removed its items, and its run row stayed ``lost``)."""
     url, table = migrated
     engine = sa.create_engine(url)
+    if lost_answer:
+        killer = Killer(url, ("delivered",))
+        killer.seen["delivered"] = EVERY - 1  # the next one is killed
+        killed = killer.kills
+        real = _faultpoints.reached
+
+        def reached(point: str) -> None:
+            real(point)
+            killer.reached(point)
+
+        sa.event.listen(engine, "after_cursor_execute", killer.executed)
+        monkeypatch.setattr(_faultpoints, "reached", reached)
     try:
         store = Store(engine, table)
         push(store, "k", 1, handler="digest")
@@ -368,6 +384,9 @@ def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_t
         started = row["last_started_at"]
         ids = [i for i, _ in read_items(store, name, started)]
         assert remove_delivered(store, name, token, "node-a", started, ids) == 1
+        if lost_answer:
+            assert killed == {"delivered": 1}
+            monkeypatch.setattr(_faultpoints, "reached", real)
         # The items are delivered and removed; then node-a stalls past its lease, and node-b
         # takes the key over and records the execution lost before node-a's finish comes.
         with store.autocommit() as conn:
