@@ -226,6 +226,7 @@ class Scheduler:
                 self._state = "new"
             raise
         store, node = self._store, self.node_id
+        store.statistics.ensure()  # before the first pick, which plans from them
         self._heartbeat = Heartbeat(store, node, self.lease, self._lease_lost, self._cancelled)
         self._heartbeat.on_error = self._listeners.on_heartbeat_error
         handlers = self._handlers

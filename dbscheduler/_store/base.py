@@ -30,6 +30,7 @@ from ..dialects.types import to_utc
 from ..errors import SchemaMismatch, SchemaMissing
 from ..logfields import engine_log
 from ..table import COLUMNS, MAX_NAME_LENGTH, RESERVED_PREFIX, make_table, split_table_name
+from .statistics import Statistics
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 
@@ -105,6 +106,8 @@ class StoreBase:
         statements commit together at its end)."""
         name = split_table_name(table)[1]
         self.channel = f"dbscheduler_{name}"[:63]
+        self.statistics = Statistics(self.dialect, self.table, self.autocommit)
+        """Whether the database has planner statistics of the table (:mod:`.statistics`)."""
 
     # -- schema --------------------------------------------------------------------------
     def create_table(self) -> None:

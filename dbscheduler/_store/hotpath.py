@@ -110,6 +110,7 @@ class Store(StoreBase):
             before = time.monotonic()
             row = conn.execute(sa.select(*columns), handler_params(self, known)).one()
             after = time.monotonic()
+        self.statistics.after(after - before)
         now = to_utc(row.now)
         assert now is not None
         self._db_minus_mono = now.timestamp() - (before + after) / 2

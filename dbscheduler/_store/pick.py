@@ -3,6 +3,7 @@ reconciled by reading back what it claimed."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Collection
 from datetime import timedelta
@@ -44,6 +45,7 @@ def pick_rows(
     claim = uuid.uuid4().hex
     known = known if isinstance(known, frozenset) else frozenset(known)
     where = _conditions(store, frozenset(exclude))
+    began = time.monotonic()
     try:
         with store.autocommit() as conn:
             rows = store.dialect.pick(
@@ -53,6 +55,8 @@ def pick_rows(
             _faultpoints.reached("pick")
     except sa.exc.DBAPIError as exc:
         rows = _read_back(store, node_id, claim, exc)
+    # A slow pick on a table the database has no statistics of gets them gathered.
+    store.statistics.after(time.monotonic() - began)
     strangers = [r for r in rows if r["handler"] not in known]
     if not strangers:
         return rows

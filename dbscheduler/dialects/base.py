@@ -432,6 +432,15 @@ class Dialect(StatementCache):
 
         return self.built("pick", (table, where), build, limit)
 
+    def ensure_statistics(self, conn: Connection, table: sa.Table) -> str:
+        """Gather the planner statistics of ``table`` if the database has none: "present"
+        (or no such thing here), "gathered", or "refused" (this user may not gather them).
+
+        Differs per database because only some choose the pick's plan from statistics that
+        an explicit step gathers (PostgreSQL's ``ANALYZE``); elsewhere there is nothing to do.
+        """
+        return "present"
+
     def claimed(
         self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
     ) -> list[PickedRow]:

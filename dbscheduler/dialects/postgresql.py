@@ -397,6 +397,19 @@ class PostgreSQLDialect(Dialect):
         both = sa.union_all(by_name, rest.subquery("rest").select()).subquery("nexts")
         return sa.select(sa.func.min(both.c.due))
 
+    def ensure_statistics(self, conn: Connection, table: sa.Table) -> str:
+        # Without statistics of next_process_at (never analysed, or analysed while empty)
+        # the planner guesses, and may sort every due row on each pick.
+        name = conn.dialect.identifier_preparer.format_table(table)
+        known, may = conn.execute(_STATISTICS, {"name": name}).one()
+        if known:
+            return "present"
+        if not may:  # ANALYZE would skip the table with a warning
+            return "refused"
+        conn.exec_driver_sql(f"ANALYZE {name}")
+        # Still none: the table is empty, and there is nothing to gather yet.
+        return "gathered" if conn.execute(_STATISTICS, {"name": name}).one()[0] else "present"
+
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
     ) -> tuple[sa.FromClause, dict[str, Any]]:
@@ -497,6 +510,19 @@ class PostgreSQLDialect(Dialect):
                 return ConnectProblem("host", f"the host name {what!r} does not resolve")
             return ConnectProblem("host", f"no server answers: {_first_line(text)}")
         return None
+
+
+_STATISTICS = sa.text(
+    "SELECT EXISTS (SELECT 1 FROM pg_stats s JOIN pg_namespace n ON n.nspname = s.schemaname "
+    "WHERE n.oid = c.relnamespace AND s.tablename = c.relname "
+    "AND s.attname = 'next_process_at'), "
+    # ANALYZE takes the owner (or a member of its role) or a superuser.
+    "pg_has_role(c.relowner, 'USAGE') "
+    "OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
+    "FROM pg_class c WHERE c.oid = to_regclass(:name)"
+)
+"""Whether the planner has statistics of a table's ``next_process_at`` (``:name``, quoted),
+and whether this user may gather them."""
 
 
 def _names_array(param: str) -> ColumnElement[Any]:

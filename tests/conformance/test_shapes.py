@@ -96,6 +96,7 @@ def _statements(store: Store, names: list[str]) -> list[str]:
         sent.append(statement)
 
     store._shape_checked = float("-inf")  # both polls check the table's shape too
+    store.statistics.ensure()  # and not, when one is slow, the table's statistics
     sa.event.listen(store.engine, "before_cursor_execute", record)
     try:
         store.poll(names)
@@ -207,6 +208,50 @@ def test_a_postgresql_pick_reads_the_rows_it_takes_not_the_backlog(
             and n["Node Type"] != "ModifyTable"]
     assert plan["Plan"]["Actual Rows"] == LIMIT
     assert sum(rows for *_, rows in read) <= 3 * LIMIT, read
+
+
+def test_a_node_started_on_a_never_analysed_backlog_gathers_statistics_first(
+    migrated: tuple[str, str], backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """20,000 due rows behind 100,000 pending ones, never analysed: without statistics the
+    server may plan the pick as a sort of every due row (and the poll as a read of every
+    row), so a node gathers them when it starts; its picks then read about the rows they
+    take."""
+    if backend != "postgresql":
+        pytest.skip("PostgreSQL's planner statistics")
+    url, table = migrated
+    store = Store(create_engine(url, lease=LEASE), table)
+    try:
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+            for prefix, n, offset in (("later", 100_000, "1 day"), ("job", 20_000, "-1 minute")):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {table} (queue_name, handler, created_at, next_process_at, "
+                    "attempt, reenqueue_attempt, total_attempt, paused, stop_requested, "
+                    f"schedule, priority) SELECT '{prefix}-' || i, 'jobs', now(), "
+                    f"now() + interval '{offset}' + i * interval '1 ms', 0, 0, 0, false, "
+                    "false, 'once', 0 FROM generate_series(1, %(n)s) i", {"n": n})
+        statistics = sa.text("SELECT count(*) FROM pg_stats WHERE tablename = :t "
+                             "AND attname = 'next_process_at'")
+        with store.engine.connect() as conn:
+            assert conn.execute(statistics, {"t": table}).scalar_one() == 0
+        # A node of other handlers: it starts, and takes none of these rows.
+        node = Scheduler(url, table=table, node_id="starter", lease=LEASE, history=None,
+                         overdue_check=None)
+        node.handler("others")(lambda: None)
+        with caplog.at_level("INFO", logger="dbscheduler.store"), running(node):
+            pass
+        with store.engine.connect() as conn:
+            assert conn.execute(statistics, {"t": table}).scalar_one() == 1
+        assert "had no planner statistics" in caplog.text
+        plan = _explain(store, _pick(store, ["jobs"]), analyze=True)
+        read = [(n["Node Type"], n.get("Alias"), n["Actual Rows"] * n["Actual Loops"])
+                for n in _nodes(plan["Plan"]) if n.get("Relation Name") == table
+                and n["Node Type"] != "ModifyTable"]
+        assert plan["Plan"]["Actual Rows"] == LIMIT
+        assert sum(rows for *_, rows in read) <= 3 * LIMIT, read
+    finally:
+        store.engine.dispose()
 
 
 # -- other sessions ---------------------------------------------------------------------------
