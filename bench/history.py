@@ -362,7 +362,7 @@ def bench_node(url: str, table: str, rows: int, tasks: int, window: float) -> No
     """A node's throughput and start lag while the built-in prune deletes ``rows`` old runs,
     against the same node before it."""
     from dbscheduler import Client, FixedDelay, TaskContext
-    from dbscheduler.history import PRUNE_TASK
+    from dbscheduler._engine.history import PRUNE_TASK
 
     engine = sa.create_engine(url, pool_size=4)
     t0 = time.monotonic()

@@ -76,7 +76,7 @@ class StoreBase:
         self.takeover_margin = 0.0
         """Seconds a held row's lease must be past its end before this node's pick takes it:
         set by the node registry while this node's database clock reads ahead of the other
-        nodes' (:class:`~dbscheduler.nodes.ClockSkew`)."""
+        nodes' (:class:`~dbscheduler._engine.nodes.ClockSkew`)."""
         self.handler_params: dict[tuple[frozenset[str], frozenset[str]], dict[str, Any]] = {}
         """The handler condition's parameters by (names, strangers) (:mod:`.handlers`)."""
         self.next_due: tuple[frozenset[str], sa.Select[Any]] | None = None

@@ -29,7 +29,8 @@ import oracledb
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import FixedRate, _trace_links
+from dbscheduler import FixedRate
+from dbscheduler._engine import trace_links as _trace_links
 from dbscheduler._store import (
     FinishWrite,
     Registration,

@@ -12,9 +12,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .dialects import Dialect
-from .errors import DatabaseUnreachable
-from .logfields import engine_log
+from ..dialects import Dialect
+from ..errors import DatabaseUnreachable
+from ..logfields import engine_log
 
 __all__ = ["retry_unreachable", "run_until_signal"]
 

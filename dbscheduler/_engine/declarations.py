@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._durations import alert_after as checked_alert_after
-from ._durations import duration
-from ._execution import TaskDef, TaskFunction
-from ._isolation import check_importable
-from ._store import Registration, refuse_reserved, validate_name
-from .failures import FailureSettings, NoRetry
-from .logfields import engine_log
+from .._store import Registration, refuse_reserved, validate_name
+from ..failures import FailureSettings, NoRetry
+from ..logfields import engine_log
+from ..schedules import FixedDelay, FixedRate, Schedule
+from ..schedules.once import NEVER
+from .durations import alert_after as checked_alert_after
+from .durations import duration
+from .execution import TaskDef, TaskFunction
+from .isolation import check_importable
 from .options import jittered, options_from
-from .schedules import FixedDelay, FixedRate, Schedule
-from .schedules.once import NEVER
 
 __all__ = ["declare_task", "default_node_id", "duration", "registration"]
 
@@ -60,7 +60,7 @@ def declare_task(
     alert_after: timedelta | float | None = None,
 ) -> TaskDef:
     """The :class:`TaskDef` of a declared task, every argument checked (the execution
-    options by :func:`~dbscheduler.options.options_from`)."""
+    options by :func:`~dbscheduler._engine.options.options_from`)."""
     try:
         validate_name(name)
     except ValueError as exc:

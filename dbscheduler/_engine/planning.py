@@ -25,7 +25,7 @@ from dbscheduler.context import Status, TaskContext
 from dbscheduler.failures import FailureSettings
 from dbscheduler.schedules.base import Schedule, _add_clamped, _require_aware
 
-from .logfields import engine_log
+from ..logfields import engine_log
 
 __all__ = ["Plan", "plan_next"]
 

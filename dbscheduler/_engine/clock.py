@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 
-from .logfields import engine_log
+from ..logfields import engine_log
 
 log = engine_log("dbscheduler.clock")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from .logfields import engine_log
+from ..logfields import engine_log
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_OPTIONS", "KNOWN_OPTIONS", "TaskOptions", "options_from"]
 

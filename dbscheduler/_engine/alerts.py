@@ -43,9 +43,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ._faults import FaultLog
-from ._store import Store
-from ._store.alerts import (
+from .._store import Store
+from .._store.alerts import (
     ONE_OFF_PREFIX,
     PAGE,
     LateKind,
@@ -54,10 +53,11 @@ from ._store.alerts import (
     open_episode,
     rows_by_id,
 )
-from ._taskinfo import task_info
-from .context import TaskInfo
-from .listeners import AlertGroup, Listener
-from .logfields import about, engine_log
+from ..context import TaskInfo
+from ..listeners import AlertGroup, Listener
+from ..logfields import about, engine_log
+from .faults import FaultLog
+from .taskinfo import task_info
 
 __all__ = ["FEW", "AlertWatch"]
 

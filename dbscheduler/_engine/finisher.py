@@ -10,19 +10,19 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._execution import Ended, Execution, TaskDef, describe_error, truncate
-from ._faults import FaultLog
-from ._heartbeat import Heartbeat
-from ._store import FinishWrite, RunRecord, Store, clean_text, encode_state
-from ._taskinfo import task_info
-from .batches import delivers_batches
-from .context import UNSET, Status, TaskContext, _Unset
-from .listeners import Listeners, Outcome
-from .logfields import about, engine_log, engine_thread
+from .._store import FinishWrite, RunRecord, Store, clean_text, encode_state
+from ..batches import delivers_batches
+from ..context import UNSET, Status, TaskContext, _Unset
+from ..listeners import Listeners, Outcome
+from ..logfields import about, engine_log, engine_thread
+from ..schedules.once import NEVER
+from .execution import Ended, Execution, TaskDef, describe_error, truncate
+from .faults import FaultLog
+from .heartbeat import Heartbeat
 from .options import jittered
 from .planning import plan_next
 from .runtime import finished_for_good
-from .schedules.once import NEVER
+from .taskinfo import task_info
 
 __all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher", "run_record"]
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
-from ._execution import Execution
-from ._faults import FaultLog
-from ._store import Store
-from .logfields import about, engine_log, engine_thread
+from .._store import Store
+from ..logfields import about, engine_log, engine_thread
+from .execution import Execution
+from .faults import FaultLog
 from .nodes import NodeRegistry
 
 log = engine_log("dbscheduler.heartbeat")

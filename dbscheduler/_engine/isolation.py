@@ -25,10 +25,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ._execution import Execution, describe_error, truncate
-from .context import Result, TaskContext
-from .errors import ChildFailed
-from .logfields import about, engine_log
+from ..context import Result, TaskContext
+from ..errors import ChildFailed
+from ..logfields import about, engine_log
+from .execution import Execution, describe_error, truncate
 
 __all__ = ["KILL_AFTER", "ChildFailed", "Children", "check_importable", "run_in_child",
            "warm_up"]

@@ -26,11 +26,11 @@ import logging
 import time
 from datetime import timedelta
 
-from ._execution import Ended, Execution, truncate
-from .context import UNSET
-from .dialects.types import UNREADABLE_TIME
-from .errors import UnreadableRow
-from .logfields import about, engine_log
+from ..context import UNSET
+from ..dialects.types import UNREADABLE_TIME
+from ..errors import UnreadableRow
+from ..logfields import about, engine_log
+from .execution import Ended, Execution, truncate
 
 __all__ = ["UNREADABLE_TIME", "Episodes", "UnreadableRow", "retry_after"]
 

@@ -9,24 +9,24 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._clock import Clock
-from ._execution import Ended, Execution, describe_error
-from ._executor import Executor
-from ._faults import FaultLog
-from ._finisher import Finisher
-from ._heartbeat import Heartbeat, safety_margin
-from ._store import Store, decode_state
-from ._trace_links import for_token
-from ._unreadable import UNREADABLE_TIME, Episodes, UnreadableRow
-from ._wakeup import Wakeup
-from .context import UNSET, TaskContext
-from .errors import SchemaMissing
+from .._store import Store, decode_state
+from ..context import UNSET, TaskContext
+from ..errors import SchemaMissing
+from ..listeners import Listeners
+from ..logfields import about, engine_log, engine_thread
+from ..table import RESERVED_PREFIX
+from .clock import Clock
+from .execution import Ended, Execution, describe_error
+from .executor import Executor
+from .faults import FaultLog
 from .fencing import Fence
-from .listeners import Listeners
-from .logfields import about, engine_log, engine_thread
+from .finisher import Finisher
+from .heartbeat import Heartbeat, safety_margin
 from .options import check_tag, misfired
 from .runtime import Handlers
-from .table import RESERVED_PREFIX
+from .trace_links import for_token
+from .unreadable import UNREADABLE_TIME, Episodes, UnreadableRow
+from .wakeup import Wakeup
 
 log = engine_log("dbscheduler.poller")
 
@@ -290,7 +290,7 @@ def prepare(
     *, lease: timedelta | None = None,
 ) -> tuple[Execution, UnreadableRow | None] | None:
     """The execution for a picked row, and the column that cannot be read (if one cannot:
-    then the execution must fail without running, see :mod:`dbscheduler._unreadable`).
+    then the execution must fail without running, see :mod:`dbscheduler._engine.unreadable`).
 
     ``None`` when the row was held by a vanished node and its lost execution's failure
     settings put it back to a later time.

@@ -56,12 +56,12 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import _faultpoints
-from .dialects import Dialect, dialect_for, idle_transaction_timeout
-from .dialects.common import FenceBounds
-from .errors import LeaseLost
-from .logfields import about, engine_log
-from .table import make_table
+from ..dialects import Dialect, dialect_for, idle_transaction_timeout
+from ..dialects.common import FenceBounds
+from ..errors import LeaseLost
+from ..logfields import about, engine_log
+from ..table import make_table
+from . import faultpoints as _faultpoints
 
 __all__ = ["Fence", "bounds_for", "fenced"]
 

@@ -8,9 +8,9 @@ import itertools
 import threading
 import time
 
-from ._execution import Execution
-from ._isolation import KILL_AFTER
-from .logfields import about, engine_log
+from ..logfields import about, engine_log
+from .execution import Execution
+from .isolation import KILL_AFTER
 
 __all__ = ["Timeouts"]
 
@@ -22,7 +22,7 @@ class Timeouts:
 
     At an execution's timeout its ``ctx.stop_requested`` is set and it is marked
     ``timed_out`` (its run is recorded ``timeout``). A thread cannot be killed: one still
-    running :data:`~dbscheduler._isolation.KILL_AFTER` seconds later is logged as an error —
+    running :data:`~dbscheduler._engine.isolation.KILL_AFTER` seconds later is logged as an error —
     it keeps its lease until it returns. A process child is killed by its worker instead.
     """
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._store import decode_state, decode_state_safe
-from .context import TaskInfo
+from .._store import decode_state, decode_state_safe
+from ..context import TaskInfo
 from .options import TaskOptions
 
 __all__ = ["task_info"]

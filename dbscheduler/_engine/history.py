@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ._durations import duration
-from ._execution import TaskDef
-from ._store import Store, prune_beyond, prune_older
-from .context import TaskContext
-from .failures import NoRetry
-from .logfields import engine_log
-from .schedules import FixedRate
-from .table import RESERVED_PREFIX
+from .._store import Store, prune_beyond, prune_older
+from ..context import TaskContext
+from ..failures import NoRetry
+from ..logfields import engine_log
+from ..schedules import FixedRate
+from ..table import RESERVED_PREFIX
+from .durations import duration
+from .execution import TaskDef
 
 __all__ = ["PRUNE_EVERY", "PRUNE_TASK", "HistorySettings", "builtin_tasks"]
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from ._execution import Ended, Execution, bounded_traceback, describe_error, truncate
-from ._isolation import ChildFailed, Children, run_in_child
-from ._timeouts import Timeouts
-from .context import UNSET, Result, Status
-from .listeners import Listeners
-from .logfields import engine_log, engine_thread, execution_context
+from ..context import UNSET, Result, Status
+from ..listeners import Listeners
+from ..logfields import engine_log, engine_thread, execution_context
+from .execution import Ended, Execution, bounded_traceback, describe_error, truncate
+from .isolation import ChildFailed, Children, run_in_child
+from .timeouts import Timeouts
 
 log = engine_log("dbscheduler.executor")
 

@@ -8,10 +8,10 @@ from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
-from ._faults import FaultLog
-from ._notices import parse_due
-from .dialects import Dialect, ListenUnavailable
-from .logfields import engine_log, engine_thread
+from ..dialects import Dialect, ListenUnavailable
+from ..logfields import engine_log, engine_thread
+from .faults import FaultLog
+from .notices import parse_due
 
 log = engine_log("dbscheduler.wakeup")
 

@@ -17,17 +17,17 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ._durations import alert_after as checked_alert_after
-from ._execution import TaskDef, TaskFunction
-from ._store import RuntimeRow, refuse_reserved, validate_name
-from ._store.state import encode_state
-from ._unreadable import UnreadableRow
-from .failures import FailureSettings, NoRetry
-from .logfields import engine_log
+from .._store import RuntimeRow, refuse_reserved, validate_name
+from .._store.state import encode_state
+from ..failures import FailureSettings, NoRetry
+from ..logfields import engine_log
+from ..schedules import Dynamic, Once, Schedule, parse
+from ..schedules.once import NEVER
+from ..table import MAX_OPTIONS_LENGTH, MAX_SCHEDULE_LENGTH
+from .durations import alert_after as checked_alert_after
+from .execution import TaskDef, TaskFunction
 from .options import TaskOptions, jittered, options_from
-from .schedules import Dynamic, Once, Schedule, parse
-from .schedules.once import NEVER
-from .table import MAX_OPTIONS_LENGTH, MAX_SCHEDULE_LENGTH
+from .unreadable import UnreadableRow
 
 __all__ = ["Handlers", "finished_for_good", "runtime_row"]
 

@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 
-from .logfields import engine_log
+from ..logfields import engine_log
 
 __all__ = ["POINTS", "reached"]
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .context import Status, TaskContext
-from .failures import FailureSettings
+from ..context import Status, TaskContext
+from ..failures import FailureSettings
+from ..schedules import Schedule
+from ..table import MAX_ERROR_LENGTH
 from .options import DEFAULT_OPTIONS, TaskOptions
-from .schedules import Schedule
-from .table import MAX_ERROR_LENGTH
 
 TaskFunction = Callable[..., Any]
 

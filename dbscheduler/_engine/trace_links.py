@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .table import TRIGGER_LINK_LENGTH
+from ..table import TRIGGER_LINK_LENGTH
 
 Provider = Callable[[], "str | None"]
 _provider: Provider | None = None
