@@ -28,9 +28,8 @@ from bench.infra import SHARED_PG_URL
 from bench.run import cpu_reference
 from bench.stats import percentile
 from dbscheduler import FixedRate, Listener, Scheduler
-from dbscheduler.companion_tables import groups_table_name, items_table_name, runs_table_name
 from dbscheduler.migrate import upgrade, version_table_for
-from dbscheduler.table import make_table
+from dbscheduler.table import groups_table_name, items_table_name, make_table, runs_table_name
 
 TABLE = "bench_burst_picks"
 

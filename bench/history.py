@@ -45,8 +45,8 @@ import sqlalchemy as sa
 from dbscheduler import FixedRate, Scheduler
 from dbscheduler._store import FinishWrite, RunRecord, Store, prune_beyond, prune_older
 from dbscheduler._store.alerts import late_rows
-from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.migrate import upgrade
+from dbscheduler.table import make_runs_table
 
 
 def _ms(seconds: float) -> str:

@@ -17,19 +17,23 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..companion_tables import (
+from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
+from ..dialects.types import to_utc
+from ..errors import SchemaMismatch, SchemaMissing
+from ..logfields import engine_log
+from ..table import (
+    COLUMNS,
     ITEM_COLUMNS,
+    MAX_NAME_LENGTH,
+    RESERVED_PREFIX,
     items_table_name,
     make_groups_table,
     make_items_table,
     make_nodes_table,
     make_runs_table,
+    make_table,
+    split_table_name,
 )
-from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
-from ..dialects.types import to_utc
-from ..errors import SchemaMismatch, SchemaMissing
-from ..logfields import engine_log
-from ..table import COLUMNS, MAX_NAME_LENGTH, RESERVED_PREFIX, make_table, split_table_name
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 

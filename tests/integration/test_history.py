@@ -16,7 +16,7 @@ from dbscheduler import Client, FixedRate, LinearBackoff, Result, Scheduler, Tas
 from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler._store import FinishWrite, RunRecord, Store
 from dbscheduler._store.history import log_first
-from dbscheduler.companion_tables import make_runs_table
+from dbscheduler.table import make_runs_table
 from tests.helpers import running, wait_until
 
 
