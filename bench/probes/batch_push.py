@@ -1,4 +1,4 @@
-"""Pushes per second of keyed delayed batches: ``python -m bench.batch_push [--url URL ...]``.
+"""Pushes per second of keyed delayed batches: ``python -m bench.probes.batch_push [--url URL …]``.
 
 Several processes (``--procs``, each its own :class:`~dbscheduler.Client`) push as fast as they
 can for ``--seconds`` per scenario, on a fresh table:

@@ -1,5 +1,5 @@
 """A million pending one-off jobs on PostgreSQL: does the poll, the pick or an idle node slow
-down? ``python -m bench.million_oneoffs [--url URL] [--rows N]``.
+down? ``python -m bench.probes.million_oneoffs [--url URL] [--rows N]``.
 
 Fills a fresh table with ``N`` one-off jobs of the handler ``mail`` due next year and ``N``
 of a handler no node has (``foreign``) due in the past — the worst case for a filter that

@@ -1,4 +1,4 @@
-"""``python -m bench.shapes URL …``: does one node keep every task's cadence whatever the
+"""``python -m bench.probes.shapes URL …``: does one node keep every task's cadence whatever the
 number of tasks (handlers) it has?
 
 One node, ``N`` ordinary named tasks (each its own handler), ``FixedDelay`` of ``--every``
@@ -8,7 +8,7 @@ ideal number (``seconds / every``); the line printed per ``N`` gives the slowest
 (the figure the "any number of tasks" goal reads: at least 60 %), the median share and the
 total executions. Each ``N`` gets a table of its own, dropped at the end::
 
-    .venv/bin/python -m bench.shapes postgresql+psycopg://postgres@127.0.0.1/test \\
+    .venv/bin/python -m bench.probes.shapes postgresql+psycopg://postgres@127.0.0.1/test \\
         mysql+pymysql://root@127.0.0.1/test --tasks 16 40 100
 """
 

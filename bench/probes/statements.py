@@ -1,4 +1,4 @@
-"""``python -m bench.statements``: statements and round trips per execution, per dialect.
+"""``python -m bench.probes.statements``: statements and round trips per execution, per dialect.
 
 One node with ``--tasks`` no-op tasks (``FixedRate``, spread over the period) runs for
 ``--seconds`` on each database; every statement the engine sends is counted at the driver with
@@ -8,7 +8,7 @@ by what they are (pick, finish, poll, heartbeat …) and divided by the executio
 
 Usage::
 
-    python -m bench.statements [--url URL ...] [--tasks 200] [--period 0.5] [--seconds 6]
+    python -m bench.probes.statements [--url URL ...] [--tasks 200] [--period 0.5] [--seconds 6]
 """
 
 from __future__ import annotations

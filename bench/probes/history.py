@@ -1,4 +1,4 @@
-"""What the run history and the lateness check cost: ``python -m bench.history``.
+"""What the run history and the lateness check cost: ``python -m bench.probes.history``.
 
 ``--private pg`` (the default without ``--url``) or ``--private mariadb`` runs it on a
 throwaway server of the test suite's (tests/servers/). Six measurements, each on a fresh

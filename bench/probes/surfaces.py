@@ -1,4 +1,4 @@
-"""What the surfaces that show the table cost at its size: ``python -m bench.surfaces``.
+"""What the surfaces that show the table cost at its size: ``python -m bench.probes.surfaces``.
 
 The tasks page, its live refresh, ``/api/tasks?limit=1``, a filtered ``/api/tasks``,
 ``/api/health``, ``Scheduler.health()`` and ``dbscheduler list --json`` (a page, and with

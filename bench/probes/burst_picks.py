@@ -1,4 +1,4 @@
-"""``python -m bench.burst_picks``: how a node drains a burst, pick by pick.
+"""``python -m bench.probes.burst_picks``: how a node drains a burst, pick by pick.
 
 One in-process node (32 workers) with ``--tasks`` no-op tasks, every one made due at one
 instant, ``--rounds`` times; for each burst: the start lag, how many picks drained it and how
@@ -7,7 +7,7 @@ the CPU each of the node's threads spent per execution (from ``/proc``, Linux), 
 machine's CPU reference (:func:`bench.run.cpu_reference`) before and after. Where
 :mod:`bench.burst` says how long a burst takes, this says how the time was spent::
 
-    python -m bench.burst_picks [--url URL] [--tasks 1000] [--rounds 4]
+    python -m bench.probes.burst_picks [--url URL] [--tasks 1000] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def thread_cpu() -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.burst_picks",
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.burst_picks",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=SHARED_PG_URL, help="database URL (a table "
                         f"{TABLE} is created there and dropped at the end)")

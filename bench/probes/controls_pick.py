@@ -1,4 +1,4 @@
-"""``python -m bench.controls_pick URL``: what the execution controls cost the pick and poll.
+"""``python -m bench.probes.controls_pick URL``: what the execution controls cost the pick and poll.
 
 A table of ``--rows`` rows of one handler, ``--due`` of them due, no groups and no tags in
 use (the common case): the loop picks ``--batch`` rows and gives them back, ``--rounds``
@@ -7,8 +7,8 @@ median and the 90th percentile of the pick and of the poll. Run it with
 ``PYTHONPATH`` pointing at another checkout to compare two versions of the engine on the same
 database (each creates and drops its own table)::
 
-    .venv/bin/python -m bench.controls_pick postgresql+psycopg://postgres@127.0.0.1/test
-    PYTHONPATH=/path/to/other/checkout .venv/bin/python -m bench.controls_pick …
+    .venv/bin/python -m bench.probes.controls_pick postgresql+psycopg://postgres@127.0.0.1/test
+    PYTHONPATH=/path/to/other/checkout .venv/bin/python -m bench.probes.controls_pick …
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ database server's (the CPU time of the local ``postgres``/``mariadbd`` processes
 ``/proc``; 0 for SQLite, which runs in the node). With ``--statements``, the time and rows of
 each kind of statement (SQLAlchemy's cursor events, a little overhead of their own)::
 
-    python -m bench.saturate --url postgresql+psycopg://postgres@127.0.0.1:5432/test \\
+    python -m bench.probes.saturate --url postgresql+psycopg://postgres@127.0.0.1:5432/test \\
         --tasks 700 --period 0.1 --seconds 10 [--analyze] [--no-history] [--statements]
 
 The table ``bench_saturate`` (and its companion tables) is dropped and created again.
@@ -75,7 +75,7 @@ def time_statements(engine: sa.Engine) -> dict[str, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.saturate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.probes.saturate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     p.add_argument("--tasks", type=int, default=700)

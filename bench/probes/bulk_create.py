@@ -1,4 +1,4 @@
-"""Bulk creation throughput from one process: ``python -m bench.bulk_create [--rows N]
+"""Bulk creation throughput from one process: ``python -m bench.probes.bulk_create [--rows N]
 [--url URL ...]``.
 
 On a fresh table per URL, one :class:`~dbscheduler.Client` writes ``--rows`` one-off jobs with

@@ -1,4 +1,4 @@
-"""``python -m bench.backlog URL --jobs 20000 --pending 100000 --nodes 1 3``: nodes draining a
+"""``python -m bench.probes.backlog URL --jobs 20000 --pending 100000 --nodes 1 3``: nodes drain a
 backlog of one handler's one-off jobs, all due at once, from a table whose statistics say
 nothing yet, next to many pending jobs that are not due.
 
