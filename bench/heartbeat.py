@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from bench.stats import percentile
 from dbscheduler import FixedDelay, Scheduler, TaskContext
-from dbscheduler._heartbeat import Heartbeat
+from dbscheduler._engine.heartbeat import Heartbeat
 from dbscheduler.migrate import upgrade
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, get_args
 
-from ._execution import TaskDef, TaskFunction
+from ._engine.execution import TaskDef, TaskFunction
 from ._store import StoreBase, encode_state, validate_name
 from ._store.batches import KeyRow, Push, drop_key, pending_keys, push_item, read_items
 from ._store.batches import remove_delivered as _remove

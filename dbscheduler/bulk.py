@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ._engine.runtime import once_at, runtime_row
 from ._store import RuntimeRow
 from ._store.batches import Push
 from .batches import build_push
-from .runtime import once_at, runtime_row
 from .schedules import Schedule, parse
 
 __all__ = ["PushItem", "ScheduleItem", "push_rows", "runtime_rows"]

@@ -18,9 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import _faultpoints, _trace_links
 from . import batches as _batches
-from ._durations import duration
+from ._engine import faultpoints as _faultpoints
+from ._engine import trace_links as _trace_links
+from ._engine.durations import duration
+from ._engine.nodes import handler_warning, list_nodes
+from ._engine.options import options_from
+from ._engine.runtime import once_at, runtime_row
+from ._engine.taskinfo import task_info
 from ._store import (
     StoreBase,
     select_runs,
@@ -33,16 +38,13 @@ from ._store.controls import group_infos
 from ._store.controls import set_group_limit as write_group_limit
 from ._store.listing import STATES, Listing, count_listing, count_matching, select_listing
 from ._store.throughput import finished_since
-from ._taskinfo import task_info
 from .batches import BatchInfo
 from .bulk import PushItem, ScheduleItem, push_rows, runtime_rows
 from .context import GroupInfo, RunInfo, TaskInfo, parse_run_cursor
 from .dialects import create_engine, db_now, prepare_engine
 from .errors import TaskNotFound, TaskRunning
 from .logfields import engine_log
-from .nodes import NodeInfo, handler_warning, list_nodes
-from .options import options_from
-from .runtime import once_at, runtime_row
+from .nodes import NodeInfo
 from .schedules import Schedule
 from .table import DEFAULT_TABLE, RUN_STATUSES
 

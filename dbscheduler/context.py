@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-    from .fencing import Fence
+    from ._engine.fencing import Fence
 
 from .errors import LifecycleError
 from .table import RESERVED_PREFIX
@@ -100,14 +100,14 @@ class TaskContext:
         """A transaction on ``target`` (an engine or a connection to the scheduler's database)
         that commits only while this execution still holds its lease; raises
         :class:`~dbscheduler.LeaseLost` (rolled back) otherwise. See
-        :mod:`dbscheduler.fencing`.
+        :mod:`dbscheduler._engine.fencing`.
 
         >>> with ctx.fenced(engine) as conn:   # doctest: +SKIP
         ...     conn.execute(payments.insert().values(amount=10))
         """
         if self.fence is None:
             raise LifecycleError("ctx.fenced() needs a context given by a running scheduler")
-        from .fencing import fenced  # the database side is only needed here
+        from ._engine.fencing import fenced  # the database side is only needed here
 
         return fenced(self.fence, target)
 

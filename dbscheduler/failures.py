@@ -2,8 +2,8 @@
 :class:`ArithmeticBackoff` and :class:`GeometricBackoff`.
 
 A failure setting only answers "how long until the retry of attempt ``n``?"; the planner
-(:func:`dbscheduler.planning.plan_next`) then takes the **earlier** of that retry time and the
-schedule's next regular occurrence, and gives every occurrence a fresh retry budget.
+(:func:`dbscheduler._engine.planning.plan_next`) then takes the **earlier** of that retry time
+and the schedule's next regular occurrence, and gives every occurrence a fresh retry budget.
 
 >>> from datetime import timedelta
 >>> backoff = GeometricBackoff(timedelta(seconds=10), max_attempts=4)

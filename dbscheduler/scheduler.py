@@ -20,19 +20,24 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from ._clock import Clock
-from ._declarations import declare_task, default_node_id, registration
-from ._durations import duration
-from ._execution import Ended, Execution, TaskDef, TaskFunction
-from ._executor import Executor
-from ._finisher import Finisher, run_record
-from ._heartbeat import Heartbeat
-from ._isolation import warm_up
-from ._poller import Poller
-from ._startup import retry_unreachable, run_until_signal
+from ._engine.alerts import AlertWatch
+from ._engine.clock import Clock
+from ._engine.declarations import declare_task, default_node_id, registration
+from ._engine.durations import duration
+from ._engine.execution import Ended, Execution, TaskDef, TaskFunction
+from ._engine.executor import Executor
+from ._engine.finisher import Finisher, run_record
+from ._engine.health import check as check_health
+from ._engine.heartbeat import Heartbeat
+from ._engine.history import HistorySettings, builtin_tasks
+from ._engine.isolation import warm_up
+from ._engine.nodes import NodeRegistry
+from ._engine.options import node_tags
+from ._engine.poller import Poller
+from ._engine.runtime import Handlers
+from ._engine.startup import retry_unreachable, run_until_signal
+from ._engine.wakeup import NotifyListener, Wakeup
 from ._store import Store, refuse_reserved
-from ._wakeup import NotifyListener, Wakeup
-from .alerts import AlertWatch
 from .batches import BatchFunction, BatchInfo, batch_failure, check_batch_handler_name, delivery
 from .client import Client
 from .context import RunInfo, TaskInfo
@@ -40,13 +45,8 @@ from .dialects import create_engine, normalize_url, prepare_engine
 from .errors import LifecycleError, TaskNotFound
 from .failures import FailureSettings
 from .health import Health
-from .health import check as check_health
-from .history import HistorySettings, builtin_tasks
 from .listeners import Listener, Listeners
 from .logfields import about, engine_log, engine_thread, node_context
-from .nodes import NodeRegistry
-from .options import node_tags
-from .runtime import Handlers
 from .schedules import Schedule
 from .table import DEFAULT_TABLE, split_table_name
 
@@ -420,7 +420,7 @@ class Scheduler:
         **options: Any,
     ) -> Callable[[F], F]:
         """Decorator registering a function as the task ``name``; ``options`` are the
-        execution options (:class:`~dbscheduler.options.TaskOptions`: ``priority``,
+        execution options (:class:`~dbscheduler._engine.options.TaskOptions`: ``priority``,
         ``group``, ``requires``, ``timeout``, ``isolation``, ``misfire``, ``grace``,
         ``jitter``).
 

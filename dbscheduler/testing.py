@@ -38,16 +38,16 @@ from typing import Any
 
 from sqlalchemy import event
 
-from ._execution import Ended
-from ._executor import call
-from ._finisher import Finisher
-from ._heartbeat import Heartbeat
-from ._poller import prepare, skipped
-from ._unreadable import Episodes
+from ._engine.execution import Ended
+from ._engine.executor import call
+from ._engine.finisher import Finisher
+from ._engine.heartbeat import Heartbeat
+from ._engine.options import misfired
+from ._engine.poller import prepare, skipped
+from ._engine.unreadable import Episodes
 from .context import Status, TaskContext, TaskInfo
 from .errors import LifecycleError, TooManyRuns
 from .listeners import Listeners, Outcome
-from .options import misfired
 from .scheduler import Scheduler
 from .table import RESERVED_PREFIX
 

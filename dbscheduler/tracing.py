@@ -29,7 +29,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__, _trace_links
+from . import __version__
+from ._engine import trace_links as _trace_links
 from .context import TaskContext
 from .listeners import Listener, Outcome
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from dbscheduler.companion_tables import groups_table_name
+from dbscheduler.table import groups_table_name
 from tests.servers import (
     INSTALL,
     PrivateMariaDB,

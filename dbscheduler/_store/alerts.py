@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..dialects import db_now, db_now_plus
 from ..dialects.types import to_utc
 from .base import StoreBase

@@ -17,19 +17,23 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..companion_tables import (
+from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
+from ..dialects.types import to_utc
+from ..errors import SchemaMismatch, SchemaMissing
+from ..logfields import engine_log
+from ..table import (
+    COLUMNS,
     ITEM_COLUMNS,
+    MAX_NAME_LENGTH,
+    RESERVED_PREFIX,
     items_table_name,
     make_groups_table,
     make_items_table,
     make_nodes_table,
     make_runs_table,
+    make_table,
+    split_table_name,
 )
-from ..dialects import Dialect, autocommits, commits_each_statement, db_now, dialect_for
-from ..dialects.types import to_utc
-from ..errors import SchemaMismatch, SchemaMissing
-from ..logfields import engine_log
-from ..table import COLUMNS, MAX_NAME_LENGTH, RESERVED_PREFIX, make_table, split_table_name
 from .statistics import Statistics
 
 __all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
@@ -77,7 +81,7 @@ class StoreBase:
         self.takeover_margin = 0.0
         """Seconds a held row's lease must be past its end before this node's pick takes it:
         set by the node registry while this node's database clock reads ahead of the other
-        nodes' (:class:`~dbscheduler.nodes.ClockSkew`)."""
+        nodes' (:class:`~dbscheduler._engine.nodes.ClockSkew`)."""
         self.handler_params: dict[tuple[frozenset[str], frozenset[str]], dict[str, Any]] = {}
         """The handler condition's parameters by (names, strangers) (:mod:`.handlers`)."""
         self.next_due: tuple[frozenset[str], sa.Select[Any]] | None = None

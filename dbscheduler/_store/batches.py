@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..dialects import db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from .base import StoreBase
 from .batches import NOTIFY_WITHIN, Push, on_existing_push
 from .runtime import RuntimeRow

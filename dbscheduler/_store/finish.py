@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..context import UNSET, _Unset
 from ..dialects import db_now
 from ..dialects.types import to_utc

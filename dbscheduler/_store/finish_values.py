@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import _faultpoints
-from .._notices import due_payload
+from .._engine import faultpoints as _faultpoints
+from .._engine.notices import due_payload
 from ..context import _Unset
 from ..dialects import db_now
 from ..dialects.types import UTCDateTime

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..dialects import PickedRow, db_now, db_now_plus
 from ..dialects.types import to_utc
 from ..logfields import engine_log

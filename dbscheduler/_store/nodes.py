@@ -146,7 +146,7 @@ def clocks_statement(store: StoreBase, node_id: str, within: timedelta) -> sa.Se
 def node_clocks(store: StoreBase, node_id: str, within: timedelta
                 ) -> list[tuple[str, datetime, datetime]]:
     """``(node id, its last_seen, this database's now)`` of the other nodes seen within
-    ``within``: what :class:`~dbscheduler.nodes.ClockSkew` compares."""
+    ``within``: what :class:`~dbscheduler._engine.nodes.ClockSkew` compares."""
     with store.read() as conn:
         found = conn.execute(clocks_statement(store, node_id, within)).all()
     out = []

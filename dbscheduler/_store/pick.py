@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..dialects import PickedRow, db_now_plus
 from ..logfields import engine_log
 from .controls import eligible

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from .. import _faultpoints
+from .._engine import faultpoints as _faultpoints
 from ..logfields import engine_log
 from .base import StoreBase
 

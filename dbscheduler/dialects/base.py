@@ -477,7 +477,7 @@ class Dialect(StatementCache):
         return None
 
     # -- fenced transactions -------------------------------------------------------------
-    # ``ctx.fenced`` (dbscheduler.fencing) drives these in this order, inside the user's
+    # ``ctx.fenced`` (dbscheduler._engine.fencing) drives these in this order, inside the user's
     # transaction: fence_open, a first check (no lock), the user's statements, fence_final,
     # the final check (locking), COMMIT, and fence_close once the transaction has ended.
     fence_bounded: ClassVar[bool] = False

@@ -1,5 +1,5 @@
 """The :class:`Schedule` interface the engine calls, and the duration and datetime helpers
-shared by the schedules, :mod:`dbscheduler.failures` and :mod:`dbscheduler.planning`.
+shared by the schedules, :mod:`dbscheduler.failures` and :mod:`dbscheduler._engine.planning`.
 
 A schedule is a small immutable value. The engine asks it for the first due time when the
 task is registered (:meth:`Schedule.first_run`) and for the next regular occurrence after each
@@ -153,7 +153,7 @@ class Schedule(abc.ABC):
 
         ``scheduled_at`` is the due time that made the execution run, ``started_at`` when it
         was picked, ``finished_at`` when it ended (all aware). Retries are not decided here:
-        see :func:`dbscheduler.planning.plan_next`.
+        see :func:`dbscheduler._engine.planning.plan_next`.
 
         >>> from datetime import datetime, timezone
         >>> from dbscheduler.schedules import FixedDelay

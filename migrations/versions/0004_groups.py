@@ -22,9 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.companion_tables import make_groups_table
 from dbscheduler.migrate import table_name_from
-from dbscheduler.table import PARTIAL_INDEXES, control_columns, make_table
+from dbscheduler.table import PARTIAL_INDEXES, control_columns, make_groups_table, make_table
 
 revision = "dbscheduler_0004"
 down_revision = "dbscheduler_0003"

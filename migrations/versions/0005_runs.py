@@ -23,9 +23,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.migrate import table_name_from
-from dbscheduler.table import alert_columns, make_table
+from dbscheduler.table import alert_columns, make_runs_table, make_table
 
 revision = "dbscheduler_0005"
 down_revision = "dbscheduler_0004"

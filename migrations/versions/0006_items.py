@@ -6,7 +6,7 @@ Create Date: 2026-11-24
 
 One row per pushed item (``push(key, item, handler=…)``), delivered with the other items of
 its key when the key's row in the tasks table (``<handler>/<key>``) is due. Built from
-:func:`dbscheduler.companion_tables.make_items_table`; the tasks table is not changed.
+:func:`dbscheduler.table.make_items_table`; the tasks table is not changed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.companion_tables import make_items_table
 from dbscheduler.migrate import table_name_from
+from dbscheduler.table import make_items_table
 
 revision = "dbscheduler_0006"
 down_revision = "dbscheduler_0005"

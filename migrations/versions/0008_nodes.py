@@ -6,7 +6,7 @@ Create Date: 2026-11-26
 
 Each node records who it is (host, pid, version, tags, handlers), when it started, when it
 was last seen on the database clock and how many executions it runs. Built from
-:func:`dbscheduler.companion_tables.make_nodes_table`; the other tables are not changed.
+:func:`dbscheduler.table.make_nodes_table`; the other tables are not changed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.companion_tables import make_nodes_table
 from dbscheduler.migrate import table_name_from
+from dbscheduler.table import make_nodes_table
 
 revision = "dbscheduler_0008"
 down_revision = "dbscheduler_0007"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from alembic import context, op
 
-from dbscheduler.companion_tables import make_runs_table, traceback_column
 from dbscheduler.migrate import table_name_from
+from dbscheduler.table import make_runs_table, traceback_column
 
 revision = "dbscheduler_0009"
 down_revision = "dbscheduler_0008"

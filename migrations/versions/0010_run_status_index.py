@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from dbscheduler.companion_tables import STATUS_INDEX_REVISION, make_runs_table
 from dbscheduler.migrate import table_name_from
+from dbscheduler.table import STATUS_INDEX_REVISION, make_runs_table
 
 revision = "dbscheduler_0010"
 down_revision = "dbscheduler_0009"

@@ -1,7 +1,7 @@
 """Tools of the freeze tests (``test_freeze.py``): nodes stopped inside the engine's paths.
 
 A node started with ``DBSCHEDULER_FREEZE_AT=<point>`` sends itself ``SIGSTOP`` right after the
-named statement (``dbscheduler._faultpoints``); :class:`Nodes` starts such nodes, sees them
+named statement (``dbscheduler._engine.faultpoints``); :class:`Nodes` starts such nodes, sees them
 stop (``/proc/<pid>/stat`` says ``T``), stops others from outside, and reads their logs.
 The database side is in :mod:`tests.chaos.freeze_db`.
 """

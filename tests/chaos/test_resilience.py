@@ -164,7 +164,7 @@ def test_a_clock_probe_that_raises_does_not_stop_scheduling(
 ) -> None:
     """The offset is only used to decide how long to sleep: losing it must not
     stop the node from picking."""
-    import dbscheduler._clock as clock
+    import dbscheduler._engine.clock as clock
 
     url, table = migrated
 

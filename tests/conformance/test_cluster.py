@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Scheduler
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from tests.harness import ROOT, assert_no_overlap, cluster, runs_from
 from tests.helpers import wait_until
 

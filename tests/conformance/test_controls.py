@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Client
-from dbscheduler._isolation import KILL_AFTER
+from dbscheduler._engine.isolation import KILL_AFTER
 from tests.harness import Run, cluster, runs_from
 
 pytestmark = pytest.mark.slow

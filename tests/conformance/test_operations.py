@@ -20,7 +20,7 @@ from dbscheduler import (
     TaskNotFound,
     TaskRunning,
 )
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from tests.harness.inprocess import Node, db_now, seed
 from tests.helpers import polled, settled, wait_until
 

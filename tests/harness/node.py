@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
                         format=f"%(asctime)s {args.node} %(name)s %(levelname)s %(message)s")
     if args.skew:
         # Every use of the node's wall clock inside the library goes through this seam.
-        import dbscheduler._clock as clock
+        import dbscheduler._engine.clock as clock
 
         real = time.time
         clock.local_time = lambda: real() + args.skew  # type: ignore[assignment]

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from dbscheduler import Listener, TaskInfo
+from dbscheduler._engine.alerts import AlertWatch
 from dbscheduler._store import Store
-from dbscheduler.alerts import AlertWatch
 from dbscheduler.listeners import Listeners
 
 if TYPE_CHECKING:

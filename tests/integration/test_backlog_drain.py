@@ -1,6 +1,6 @@
 """Three real node processes drain a backlog of one-off jobs all due at one instant, next to
 pending jobs that are not due: every due job runs exactly once, none is left, no pending one
-runs, and each node runs a share (the scale benchmark, ``bench/backlog.py``, at CI size)."""
+runs, and each node runs a share (the scale benchmark, ``bench/probes/backlog.py``, at CI size)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import _faultpoints
+from dbscheduler._engine import faultpoints as _faultpoints
 from dbscheduler._store import FinishWrite, Store
 from dbscheduler._store.batches import ARRIVED, read_items, remove_delivered
 from dbscheduler.batches import drop, push

@@ -26,7 +26,7 @@ from dbscheduler import (
     Scheduler,
     TaskContext,
 )
-from dbscheduler.companion_tables import make_items_table
+from dbscheduler.table import make_items_table
 from tests.helpers import no_keys, polled, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])

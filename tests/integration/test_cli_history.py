@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from dbscheduler import FixedRate, Scheduler, TaskContext
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from tests.helpers import running, wait_until
 from tests.unit.test_cli import assert_fails, invoke
 

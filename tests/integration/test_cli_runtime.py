@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dbscheduler import Client, FixedRate, Once
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from tests.unit.test_cli import assert_fails, invoke
 
 

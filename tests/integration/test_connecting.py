@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from dbscheduler import DatabaseUnreachable, FixedRate, Scheduler, SchemaMissing
+from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler.cli import cli
 from dbscheduler.dialects import dialect_for
-from dbscheduler.history import PRUNE_TASK
 from tests.conftest import backend_url
 
 SERVERS = ("postgresql", "mysql")

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from dbscheduler import Scheduler
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from tests.conftest import EXAMPLES
 from tests.databases import drop_table, find
 from tests.helpers import wait_until

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import LeaseLost
+from dbscheduler._engine.fencing import Fence, bounds_for, fenced
 from dbscheduler.dialects import dialect_for
 from dbscheduler.dialects.base import db_now, db_now_plus
-from dbscheduler.fencing import Fence, bounds_for, fenced
 from dbscheduler.table import make_table
 
 NODE = "node-a"

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from dbscheduler import FixedDelay, Scheduler, TaskContext
-from dbscheduler._finisher import Finisher
-from dbscheduler._heartbeat import Heartbeat
+from dbscheduler._engine.finisher import Finisher
+from dbscheduler._engine.heartbeat import Heartbeat
 from tests.helpers import polled, running, wait_until
 
 

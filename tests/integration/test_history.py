@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Client, FixedRate, LinearBackoff, Result, Scheduler, TaskContext
+from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler._store import FinishWrite, RunRecord, Store
 from dbscheduler._store.history import log_first
-from dbscheduler.companion_tables import make_runs_table
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler.table import make_runs_table
 from tests.helpers import running, wait_until
 
 

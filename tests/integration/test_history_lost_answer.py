@@ -23,7 +23,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbscheduler import FixedDelay, Outcome, Scheduler, TaskContext, _faultpoints
+from dbscheduler import FixedDelay, Outcome, Scheduler, TaskContext
+from dbscheduler._engine import faultpoints as _faultpoints
 from dbscheduler._store import FinishWrite, RunRecord, Store
 from dbscheduler._store.batches import read_items, remove_delivered
 from dbscheduler.batches import push

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from dbscheduler.companion_tables import make_runs_table
+from dbscheduler.table import make_runs_table
 from tests.harness.migrations import upgrade_populated
 
 T0 = datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 
 from dbscheduler import Client, FixedRate, Scheduler
-from dbscheduler.companion_tables import make_nodes_table
+from dbscheduler.table import make_nodes_table
 from tests.harness.migrations import upgrade_populated
 from tests.web.conftest import wait_for
 

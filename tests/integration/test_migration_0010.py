@@ -13,9 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Client
-from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.migrate import HEAD, upgrade, version_table_for
-from dbscheduler.table import make_table
+from dbscheduler.table import make_runs_table, make_table
 
 T0 = datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=timezone.utc)
 PREVIOUS = 9

@@ -20,9 +20,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from dbscheduler.cli import cli
-from dbscheduler.companion_tables import ITEM_COLUMNS
 from dbscheduler.migrate import HEAD, upgrade, version_table_for
-from dbscheduler.table import COLUMNS
+from dbscheduler.table import COLUMNS, ITEM_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler import Client, FixedRate, Scheduler, TaskContext
-from dbscheduler.companion_tables import make_nodes_table
+from dbscheduler.table import make_nodes_table
 from tests.unit.test_cli import invoke
 from tests.web.conftest import wait_for
 

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from dbscheduler import Client, FixedRate, Result, Scheduler, TaskContext
-from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.migrate import upgrade
+from dbscheduler.table import make_runs_table
 from dbscheduler.web import create_app
 from tests.helpers import running, wait_until
 from tests.unit.test_cli import invoke

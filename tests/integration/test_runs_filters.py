@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from dbscheduler import Client
-from dbscheduler.companion_tables import make_runs_table
+from dbscheduler.table import make_runs_table
 from dbscheduler.web import create_app
 from tests.unit.test_cli import invoke
 

@@ -4,7 +4,7 @@ The upgrade is taken one revision at a time; after each, the tables of the famil
 table and its ``_groups``, ``_runs``, ``_items`` and ``_nodes``) are reflected — columns with
 their types, nullability and defaults, indexes with their columns, order and conditions,
 keys — and compared with ``schema_snapshots/<database>/<revision>.json``. A change to a
-builder (``dbscheduler/table.py``, ``dbscheduler/companion_tables.py``) or to a type in
+builder (``dbscheduler/table.py``) or to a type in
 ``dbscheduler/dialects/types.py`` that leaks into an old revision fails here: an old revision
 must never change what it creates, a new shape is a new revision.
 
@@ -27,14 +27,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler.companion_tables import (
+from dbscheduler.migrate import upgrade
+from dbscheduler.table import (
+    REVISION,
     make_groups_table,
     make_items_table,
     make_nodes_table,
     make_runs_table,
+    make_table,
 )
-from dbscheduler.migrate import upgrade
-from dbscheduler.table import REVISION, make_table
 from tests.databases import drop_table, unique_table
 
 SNAPSHOTS = Path(__file__).resolve().parent / "schema_snapshots"

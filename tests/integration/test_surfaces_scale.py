@@ -6,7 +6,7 @@ Each surface is asked the same question of a table of :data:`SMALL` and of :data
 (of the same make-up: the same share paused, failing, late …), and the statements it sends and
 the rows the database sends back are counted at the driver's cursor. Both must be the same at
 both sizes: a surface that read the table to filter, page or count it in Python fetched every
-row. (How long each takes at 1,000 to 100,000 rows is ``bench/surfaces.py``'s business.)
+row. (How long each takes at 1,000 to 100,000 rows is ``bench/probes/surfaces.py``'s business.)
 """
 
 from __future__ import annotations

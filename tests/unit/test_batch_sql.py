@@ -14,9 +14,8 @@ import sqlalchemy as sa
 from dbscheduler._store import FinishWrite
 from dbscheduler._store.batches import read_items, remove_delivered
 from dbscheduler.batches import build_push, drop, list_batches, push
-from dbscheduler.companion_tables import ITEM_COLUMNS
 from dbscheduler.migrate import offline_sql
-from dbscheduler.table import COLUMNS
+from dbscheduler.table import COLUMNS, ITEM_COLUMNS
 from tests.unit.test_dialect_sql import (
     NODE,
     NOW,
@@ -200,7 +199,7 @@ def test_the_compiled_definition_of_the_items_table() -> None:
     from sqlalchemy.dialects import mssql, oracle
     from sqlalchemy.schema import CreateTable
 
-    from dbscheduler.companion_tables import make_items_table
+    from dbscheduler.table import make_items_table
 
     for d in (mssql.dialect(), oracle.dialect()):
         ddl = str(CreateTable(make_items_table("ops.jobs")).compile(dialect=d))

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler._clock import Clock
+from dbscheduler._engine.clock import Clock
+from dbscheduler._engine.health import check
+from dbscheduler._engine.nodes import SKEW_TOLD_AFTER, ClockSkew, NodeRegistry, takeover_margin
 from dbscheduler._store.nodes import node_clocks
-from dbscheduler.health import check
-from dbscheduler.nodes import SKEW_TOLD_AFTER, ClockSkew, NodeRegistry, takeover_margin
 from tests.unit.test_dialect_sql import NAMES, NODE, NOW, Reply, Rig, _executed, _param_values, _rig
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")

@@ -118,7 +118,7 @@ def test_a_fenced_transaction_on_sql_server_and_oracle(rig: Rig) -> None:
     # the user's statement, the final check holding the row and demanding the margin, then
     # COMMIT; a final check that finds nothing is LeaseLost and rolls back.
     from dbscheduler import LeaseLost
-    from dbscheduler.fencing import Fence, bounds_for, fenced
+    from dbscheduler._engine.fencing import Fence, bounds_for, fenced
 
     fence = Fence(TABLE, 7, 12, NODE, "pay", claim="c" * 32, lease=3.0)
     rig.db.on(r"FROM scheduled_tasks", Reply(["id"], [(7,)]))
@@ -162,9 +162,9 @@ def test_the_fence_margin_of_each_server_and_a_lease_too_short_for_it() -> None:
 
     import sqlalchemy as sa
 
+    from dbscheduler._engine.fencing import Fence, _fenced_on, bounds_for
     from dbscheduler.dialects.mysql import MySQLDialect
     from dbscheduler.dialects.postgresql import PostgreSQLDialect
-    from dbscheduler.fencing import Fence, _fenced_on, bounds_for
 
     def server(mariadb: bool) -> Any:
         return SimpleNamespace(dialect=SimpleNamespace(is_mariadb=mariadb))

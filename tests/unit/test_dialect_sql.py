@@ -29,7 +29,8 @@ import oracledb
 import pytest
 import sqlalchemy as sa
 
-from dbscheduler import FixedRate, _trace_links
+from dbscheduler import FixedRate
+from dbscheduler._engine import trace_links as _trace_links
 from dbscheduler._store import (
     FinishWrite,
     Registration,
@@ -41,14 +42,13 @@ from dbscheduler._store import (
 from dbscheduler._store.alerts import PAGE, claim, late_rows
 from dbscheduler._store.history import settle_success
 from dbscheduler.client import Client
-from dbscheduler.companion_tables import make_runs_table
 from dbscheduler.dialects import dialect_for, prepare_engine
 from dbscheduler.dialects.base import db_now, db_now_plus
 from dbscheduler.dialects.common import PICKED
 from dbscheduler.dialects.mssql import IN_LIST_LIMIT as MSSQL_IN_LIST_LIMIT
 from dbscheduler.dialects.oracle import IN_LIST_LIMIT as ORACLE_IN_LIST_LIMIT
 from dbscheduler.migrate import offline_sql
-from dbscheduler.table import COLUMNS, make_table
+from dbscheduler.table import COLUMNS, make_runs_table, make_table
 
 pytestmark = pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
 

@@ -22,7 +22,7 @@ PACKAGE = Path(dbscheduler.__file__).parent
 
 ALLOWED_ELSEWHERE = {
     # Raised and caught inside the executor: it never leaves the library.
-    "dbscheduler._executor._LeaseExpired",
+    "dbscheduler._engine.executor._LeaseExpired",
     # click's way to end a command with exit code 1 and one line on stderr.
     "dbscheduler.cli.target.OperationFailed",
 }
@@ -70,8 +70,8 @@ def test_no_bare_runtime_error_in_the_library() -> None:
     ("dbscheduler.http_delivery", "TargetRefused"),
     ("dbscheduler.http_delivery", "DeliveryFailed"),
     ("dbscheduler.testing", "TooManyRuns"),
-    ("dbscheduler._isolation", "ChildFailed"),
-    ("dbscheduler._unreadable", "UnreadableRow"),
+    ("dbscheduler._engine.isolation", "ChildFailed"),
+    ("dbscheduler._engine.unreadable", "UnreadableRow"),
     ("dbscheduler.dialects", "ListenUnavailable"),
     ("dbscheduler", "LifecycleError"),
 ])

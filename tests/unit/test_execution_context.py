@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from dbscheduler import FixedRate, Listener, NoRetry, TaskContext
-from dbscheduler import _executor as executor_module
-from dbscheduler._execution import Ended, Execution, TaskDef
-from dbscheduler._executor import Executor
+from dbscheduler._engine import executor as executor_module
+from dbscheduler._engine.execution import Ended, Execution, TaskDef
+from dbscheduler._engine.executor import Executor
 from dbscheduler.listeners import Listeners
 
 current: contextvars.ContextVar[str | None] = contextvars.ContextVar("current", default=None)

@@ -7,8 +7,8 @@ import time
 from datetime import datetime, timezone
 
 from dbscheduler import FixedRate, NoRetry, TaskContext
-from dbscheduler._execution import Ended, Execution, TaskDef
-from dbscheduler._executor import Executor
+from dbscheduler._engine.execution import Ended, Execution, TaskDef
+from dbscheduler._engine.executor import Executor
 from dbscheduler.listeners import Listeners
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dbscheduler._faults import FaultLog
+from dbscheduler._engine.faults import FaultLog
 
 
 def test_a_fault_is_one_warning_line_and_its_traceback_only_at_debug(

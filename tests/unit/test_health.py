@@ -10,8 +10,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbscheduler._clock import Clock
-from dbscheduler.health import check
+from dbscheduler._engine.clock import Clock
+from dbscheduler._engine.health import check
 
 LEASE = timedelta(seconds=3)
 POLL = timedelta(seconds=0.5)

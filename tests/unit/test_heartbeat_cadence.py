@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from dbscheduler._heartbeat import Cadence
+from dbscheduler._engine.heartbeat import Cadence
 
 
 def _simulate(interval: float, beat_cost: list[float]) -> list[float]:
@@ -50,6 +50,6 @@ def test_a_beat_later_than_an_interval_re_anchors_without_a_burst() -> None:
 def test_the_cadence_docstring_example_holds() -> None:
     import doctest
 
-    import dbscheduler._heartbeat
+    import dbscheduler._engine.heartbeat
 
-    assert doctest.testmod(dbscheduler._heartbeat).failed == 0
+    assert doctest.testmod(dbscheduler._engine.heartbeat).failed == 0

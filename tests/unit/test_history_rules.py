@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from dbscheduler import RunInfo
-from dbscheduler._taskinfo import task_info
+from dbscheduler._engine.history import PRUNE_TASK, HistorySettings
+from dbscheduler._engine.taskinfo import task_info
 from dbscheduler.cli.render import human_duration
-from dbscheduler.history import PRUNE_TASK, HistorySettings
 
 NOW = datetime(2031, 7, 14, 12, 0, tzinfo=timezone.utc)
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dbscheduler import Client, Dynamic, FixedRate, Once
-from dbscheduler.runtime import runtime_row
+from dbscheduler._engine.runtime import runtime_row
 from dbscheduler.schedules import parse
 from dbscheduler.schedules.once import NEVER
 

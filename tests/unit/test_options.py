@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dbscheduler._isolation import check_importable
-from dbscheduler.options import (
+from dbscheduler._engine.isolation import check_importable
+from dbscheduler._engine.options import (
     DEFAULT_GRACE,
     TaskOptions,
     jittered,
@@ -136,8 +136,8 @@ def test_a_thread_task_ignoring_its_timeout_is_reported_loudly(
 ) -> None:
     import threading
 
-    from dbscheduler import _timeouts
-    from dbscheduler._execution import Execution, TaskDef
+    from dbscheduler._engine import timeouts as _timeouts
+    from dbscheduler._engine.execution import Execution, TaskDef
     from dbscheduler.context import TaskContext
     from dbscheduler.failures import NoRetry
     from dbscheduler.schedules import FixedRate

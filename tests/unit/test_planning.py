@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dbscheduler._engine.planning import Plan, plan_next
 from dbscheduler.context import Status, TaskContext
 from dbscheduler.failures import (
     MAX_RETRY_DELAY,
@@ -18,7 +19,6 @@ from dbscheduler.failures import (
     LinearBackoff,
     NoRetry,
 )
-from dbscheduler.planning import Plan, plan_next
 from dbscheduler.schedules import Cron, Dynamic, FixedDelay, FixedRate, Schedule
 
 UTC = timezone.utc

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dbscheduler import _poller as poller_module
-from dbscheduler._poller import FINISH_BACKLOG, GATHER_WAIT, Poller, next_backoff
+from dbscheduler._engine import poller as poller_module
+from dbscheduler._engine.poller import FINISH_BACKLOG, GATHER_WAIT, Poller, next_backoff
 
 
 class Clock:

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from dbscheduler.history import MAX_PAUSE, gently
+from dbscheduler._engine.history import MAX_PAUSE, gently
 
 
 def _batches(n: int, seconds: float, worked: list[float]) -> Iterator[int]:

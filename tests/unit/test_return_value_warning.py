@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 import pytest
 
 from dbscheduler import FixedRate, NoRetry, Result, TaskContext
-from dbscheduler._execution import Ended, Execution, TaskDef
-from dbscheduler._executor import Executor
+from dbscheduler._engine.execution import Ended, Execution, TaskDef
+from dbscheduler._engine.executor import Executor
 from dbscheduler.listeners import Listeners
 
 

@@ -3,7 +3,7 @@ innermost frames and the exception line always stay."""
 
 from __future__ import annotations
 
-from dbscheduler._execution import MAX_TRACEBACK_CHARS, bounded_traceback
+from dbscheduler._engine.execution import MAX_TRACEBACK_CHARS, bounded_traceback
 
 
 def _raise_deep(depth: int) -> None:

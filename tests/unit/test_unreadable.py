@@ -9,12 +9,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dbscheduler import FixedDelay, TaskContext
-from dbscheduler._execution import Execution, TaskDef
-from dbscheduler._unreadable import MAX_RETRY, Episodes, UnreadableRow, retry_after
+from dbscheduler._engine.execution import Execution, TaskDef
+from dbscheduler._engine.options import TaskOptions
+from dbscheduler._engine.unreadable import MAX_RETRY, Episodes, UnreadableRow, retry_after
 from dbscheduler.context import UNSET
 from dbscheduler.dialects.types import UNREADABLE_TIME, to_utc
 from dbscheduler.failures import NoRetry
-from dbscheduler.options import TaskOptions
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from dbscheduler import FixedRate, Scheduler
+from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler.cli import cli
-from dbscheduler.history import PRUNE_TASK
 from dbscheduler.web import create_app
 from tests.web.conftest import ODD_NAMES, WITH_MARIADB, Node, wait_for
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from playwright.sync_api import Browser, sync_playwright
 
 from dbscheduler import FixedRate, Scheduler, TaskContext
-from dbscheduler.companion_tables import make_nodes_table, make_runs_table
+from dbscheduler.table import make_nodes_table, make_runs_table
 from tests.web.conftest import wait_for
 from tests.web.test_browser import SHOTS, Server, Watch, wait_for_refresh
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from dbscheduler import Scheduler
-from dbscheduler.companion_tables import make_items_table
+from dbscheduler.table import make_items_table
 from dbscheduler.web import create_app
 from tests.helpers import no_keys, polled
 from tests.web.conftest import WITH_MARIADB, wait_for

@@ -21,8 +21,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from dbscheduler import FixedRate, Scheduler
+from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler.cli import cli
-from dbscheduler.history import PRUNE_TASK
 from dbscheduler.web import Role, create_app
 from dbscheduler.web.loopback import serve_app
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dbscheduler import FixedRate, Scheduler
-from dbscheduler.history import PRUNE_TASK
+from dbscheduler._engine.history import PRUNE_TASK
 from dbscheduler.web import create_app
 
 

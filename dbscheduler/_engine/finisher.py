@@ -1,0 +1,319 @@
+"""Writing finished executions — all that ended together in one statement batch — and
+recording executions whose node vanished. Both plan the next time the same way."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from .._store import FinishWrite, RunRecord, Store, clean_text, encode_state
+from ..batches import delivers_batches
+from ..context import UNSET, Status, TaskContext, _Unset
+from ..listeners import Listeners, Outcome
+from ..logfields import about, engine_log, engine_thread
+from ..schedules.once import NEVER
+from .execution import Ended, Execution, TaskDef, describe_error, truncate
+from .faults import FaultLog
+from .heartbeat import Heartbeat
+from .options import jittered
+from .planning import plan_next
+from .runtime import finished_for_good
+from .taskinfo import task_info
+
+__all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher", "run_record"]
+
+log = engine_log("dbscheduler.finisher")
+
+SCHEDULE_FAILURE_RETRY = timedelta(minutes=1)
+"""When a schedule cannot say when to run next (a Dynamic function raised), try again then."""
+
+
+class Finisher:
+    """A thread that writes finished executions, all that ended together in one batch.
+
+    Each execution's heartbeat is stopped right before its write. A write the database refuses
+    (its token moved on) is logged; a database error is retried while the lease may still hold.
+    """
+
+    def __init__(self, store: Store, node_id: str, heartbeat: Heartbeat, listeners: Listeners,
+                 after_write: Callable[[datetime | None], None],
+                 poll_interval: timedelta,
+                 row_exists: Callable[[str], bool] = lambda name: True) -> None:
+        self._poll_interval = poll_interval
+        self._row_exists = row_exists
+        self._store = store
+        self._node_id = node_id
+        self._heartbeat = heartbeat
+        self._listeners = listeners
+        self._after_write = after_write
+        self._queue: queue.Queue[Ended | None] = queue.Queue()
+        self._pending = 0
+        self._unwritten: dict[tuple[int, int], Execution] = {}
+        self._idle = threading.Condition()
+        self._faults = FaultLog(log, "writing finished executions")
+        self._stopping = threading.Event()
+        self._thread = engine_thread(self._run, "dbscheduler-finish")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, ended: Ended) -> None:
+        with self._idle:
+            self._pending += 1
+            self._unwritten[(ended.execution.id, ended.execution.token)] = ended.execution
+        self._queue.put(ended)
+
+    @property
+    def backlog(self) -> int:
+        """How many ended executions wait for their finish to be written (or given up)."""
+        return self._pending
+
+    def unwritten(self) -> list[Execution]:
+        """Executions that ended and whose finish is not written (or refused) yet."""
+        with self._idle:
+            return list(self._unwritten.values())
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything put so far is written (or given up); True if so in time."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def stop(self, timeout: float) -> None:
+        if not self.flush(timeout):
+            log.warning("shutdown: finishes not written within %s s are abandoned (their "
+                        "leases expire on their own)", timeout)
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def write_now(self, batch: list[Ended]) -> None:
+        """Write ``batch`` in the calling thread, without the queue (the testing harness)."""
+        self._write_batch(batch)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            self._write_batch(batch)
+            with self._idle:
+                self._pending -= len(batch)
+                for e in batch:
+                    self._unwritten.pop((e.execution.id, e.execution.token), None)
+                self._idle.notify_all()
+
+    def _write_batch(self, batch: list[Ended]) -> None:
+        # Every execution tries its fenced finish, even one whose lease this node counts as
+        # lost: when nobody picked the row meanwhile (an outage, not a takeover), the write
+        # lands and keeps the task's result; otherwise the fence refuses it.
+        self._heartbeat.untrack(e.execution for e in batch)
+        delay = 0.2
+        while True:
+            written: dict[tuple[int, int], FinishWrite] = {}
+            try:
+                _, stale = self._store.finish(
+                    self._node_id,
+                    lambda now: [self._write_for(e, now, written) for e in batch],  # noqa: B023
+                    self._poll_interval,
+                    # A write the database refused was recorded as an error instead.
+                    on_replaced=lambda w: written.__setitem__((w.id, w.token), w),  # noqa: B023
+                )
+            except Exception as exc:
+                self._faults.failed(exc)
+                if self._stopping.is_set():
+                    for e in batch:
+                        self._emit(e, None)
+                    return
+                for e in batch:  # keep the leases alive while the database is away
+                    if not e.execution.lease_lost:
+                        self._heartbeat.track(e.execution)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+                self._heartbeat.untrack(e.execution for e in batch)
+                continue
+            break
+        self._faults.ok()
+        refused = {(w.id, w.token) for w in stale}
+        for e in batch:
+            key = (e.execution.id, e.execution.token)
+            if key in refused:
+                self._refused(e.execution)
+                self._emit(e, None)
+            else:
+                self._emit(e, written[key])
+        landed = [w.next_at for key, w in written.items() if key not in refused]
+        self._write_tracebacks(batch, written, refused)
+        self._after_write(min(landed, default=None))
+
+    def _write_tracebacks(self, batch: list[Ended], written: dict[tuple[int, int], FinishWrite],
+                          refused: set[tuple[int, int]]) -> None:
+        """The tracebacks of the failures whose finish (and run row) landed: an extra
+        statement for failures only, never for a success."""
+        if not self._store.history:
+            return
+        items = []
+        for e in batch:
+            key = (e.execution.id, e.execution.token)
+            write = written.get(key)
+            if e.traceback and key not in refused and write is not None and write.run:
+                items.append((write.run, clean_text(e.traceback) or ""))
+        if not items:
+            return
+        try:
+            self._store.write_tracebacks(items)
+        except Exception as exc:  # the run and its error text are written: only this is lost
+            log.warning("could not add %d failure traceback(s) to the run history: %s",
+                        len(items), exc)
+
+    def _refused(self, ex: Execution) -> None:
+        try:
+            exists = self._row_exists(ex.task.name)
+        except Exception:  # only chooses the message
+            exists = True
+        if exists:
+            log.warning("finish refused: another node owns the row now (this token is stale)",
+                        extra=about(ex.task.name, ex.token))
+        else:
+            log.warning("finish refused: the task's row is gone (deleted, or the table was "
+                        "recreated); this node registers its tasks again when it sees the "
+                        "table empty or back", extra=about(ex.task.name, ex.token))
+
+    def _write_for(
+        self, e: Ended, now: datetime, written: dict[tuple[int, int], FinishWrite]
+    ) -> FinishWrite:
+        ex = e.execution
+        status, error = e.status, e.error
+        payload: str | _Unset | None = UNSET
+        if e.state is not UNSET:
+            try:
+                payload = encode_state(e.state)
+            except ValueError as exc:
+                status = "error"
+                error = truncate(str(exc))
+                log.error("%s; state not stored", error, extra=about(ex.task.name, ex.token))
+        next_at, attempt, failure = _plan(
+            ex.task, ex.ctx, status=status, attempt=ex.ctx.attempt,
+            scheduled_at=ex.ctx.scheduled_at, started_at=ex.ctx.started_at, finished_at=now,
+            next_at_override=e.next_at,
+        )
+        if failure is not None:
+            status, error = "error", failure
+        write = FinishWrite(ex.id, ex.token, status=status, next_at=next_at, attempt=attempt,
+                            finished_at=now, error=error, payload=payload,
+                            delete=finished_for_good(ex.task, next_at),
+                            run=run_record(ex, self._node_id),
+                            keyed=delivers_batches(ex.task))
+        written[(ex.id, ex.token)] = write
+        return write
+
+    def _emit(self, e: Ended, write: FinishWrite | None) -> None:
+        """Tell listeners: what was written, or (``next_at`` None) that nothing was."""
+        ex = e.execution
+        duration = timedelta(seconds=e.finished_mono - ex.started_mono)
+        if write is None:
+            outcome = Outcome(e.status, duration, e.error, None, e.exception)
+        else:
+            outcome = Outcome(write.status, duration, write.error, write.next_at, e.exception)
+        next_at = outcome.next_at
+        if log.isEnabledFor(logging.DEBUG):  # thousands of executions a second
+            log.debug("finished: %s in %.3f s, next %s", e.status, duration.total_seconds(),
+                      next_at, extra=about(ex.task.name, ex.token))
+        self._listeners.on_finished(ex.ctx, outcome)
+
+    # -- executions whose node vanished ------------------------------------------------------
+    def recover_lost(self, task: TaskDef, row: Mapping[str, Any]) -> tuple[datetime, int] | None:
+        """A row just picked was held by a node that vanished: report the lost execution and
+        apply the failure settings to it.
+
+        Returns ``(scheduled_at, attempt)`` to run it now, or ``None`` when it was put back to
+        its next time (a retry or occurrence still in the future).
+        """
+        now: datetime = row["last_started_at"]
+        lost_attempt = int(row["attempt"]) - 1
+        # The lost execution's due time was overwritten by its lease; it started within
+        # moments of it, so its start stands in for it.
+        lost_started = row["prev_last_started_at"] or now
+        lost_node = row["prev_locked_by"]
+        error = f"node {lost_node} vanished while running it (lease expired)"
+        log.warning("the execution on node %s was lost; recovering", lost_node,
+                    extra=about(task.name, int(row["total_attempt"]) - 1))
+        info = task_info({
+            # The lost execution's facts for the listeners: the whole row, read again.
+            **self._store.whole_row(row),
+            "next_process_at": row["prev_next_process_at"], "attempt": lost_attempt,
+            "total_attempt": int(row["total_attempt"]) - 1, "locked_by": lost_node,
+            "last_started_at": lost_started, "stop_requested": False,
+        })
+        self._listeners.on_lost_execution(info)
+        lost_ctx = TaskContext(
+            name=task.name, node_id=lost_node, attempt=lost_attempt,
+            reenqueue_attempt=info.reenqueue_attempt, total_attempt=info.total_attempt,
+            scheduled_at=lost_started, started_at=lost_started, created_at=info.created_at,
+            state=info.state,
+        )
+        next_at, attempt, failure = _plan(
+            task, lost_ctx, status="lost", attempt=max(lost_attempt, 1),
+            scheduled_at=lost_started, started_at=lost_started, finished_at=now,
+        )
+        id_, token = int(row["id"]), int(row["total_attempt"])
+        # The lost execution's run row, written by this node with the record of its loss.
+        run = RunRecord(task.name, token - 1, max(lost_attempt, 1), str(lost_node),
+                        lost_started, lost_started)
+        if failure is None and next_at <= now:
+            self._store.record_lost(self._node_id, id_, token, attempt + 1, error, run)
+            return next_at, attempt + 1
+        self._store.finish(self._node_id, lambda finished: [FinishWrite(
+            id_, token, status="lost", next_at=next_at, attempt=attempt,
+            finished_at=finished, error=error if failure is None else failure,
+            delete=finished_for_good(task, next_at), run=run)])
+        self._after_write(next_at)  # a due time this node just wrote
+        return None
+
+
+def run_record(ex: Execution, node_id: str) -> RunRecord:
+    """The run history's key and facts of an execution of this node."""
+    return RunRecord(ex.task.name, ex.token, ex.ctx.attempt, node_id, ex.ctx.scheduled_at,
+                     ex.ctx.started_at)
+
+
+def _plan(
+    task: TaskDef,
+    ctx: TaskContext,
+    *,
+    status: Status,
+    attempt: int,
+    scheduled_at: datetime,
+    started_at: datetime,
+    finished_at: datetime,
+    next_at_override: datetime | None = None,
+) -> tuple[datetime, int, str | None]:
+    """``(next_at, attempt, None)`` from the schedule and failure settings; when the schedule
+    cannot say (a Dynamic function raised), a retry after :data:`SCHEDULE_FAILURE_RETRY` with
+    the error text as the third item."""
+    try:
+        plan = plan_next(
+            task.schedule, task.on_failure, status=status, attempt=attempt,
+            scheduled_at=scheduled_at, started_at=started_at, finished_at=finished_at,
+            ctx=ctx, next_at_override=next_at_override,
+        )
+    except Exception as exc:
+        error = truncate(f"schedule failed: {describe_error(exc)}")
+        log.error("%s; next try in %s", error, SCHEDULE_FAILURE_RETRY, extra=about(task.name))
+        return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
+    if next_at_override is None:  # the task's own choice is taken as it is
+        return jittered(plan.next_at, task.options, NEVER), plan.attempt, None
+    return plan.next_at, plan.attempt, None
