@@ -103,7 +103,7 @@ def test_kill_9_the_task_is_taken_over_after_the_lease(
 ) -> None:
     url, table = migrated
     lease, period = 2.0, 1.0
-    args = ("--tasks", "1", "--rate", str(period), "--work", "30", "--lease", str(lease),
+    args = ("--tasks", "1", "--rate", str(period), "--work", "20", "--lease", str(lease),
             "--poll", "0.2")
     with cluster(url, table, tmp_path) as c:
         c.start("victim", *args)
@@ -136,8 +136,10 @@ def test_zombie_writes_nothing_after_losing_its_lease(
     url, table = migrated
     lease = 1.5
     with cluster(url, table, tmp_path) as c:
-        c.start("zombie", "--tasks", "1", "--rate", "0.5", "--work", "6", "--lease", str(lease),
-                "--poll", "0.2", "--ignore-stop")
+        # Work that outlasts the stop by far: a task whose work ended while its process was
+        # stopped ends the moment it resumes, before the heartbeat can tell it anything.
+        c.start("zombie", "--tasks", "1", "--rate", "0.5", "--work", "20", "--lease",
+                str(lease), "--poll", "0.2", "--ignore-stop")
         c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), 15, "zombie starts")
         c.signal("zombie", signal.SIGSTOP)
         c.start("heir", "--tasks", "1", "--rate", "0.5", "--work", "0.1", "--lease",
@@ -146,7 +148,7 @@ def test_zombie_writes_nothing_after_losing_its_lease(
                                   for e in ev) >= 2, 20, "the heir runs the task twice")
         c.signal("zombie", signal.SIGCONT)
         events = c.wait_for(
-            lambda ev: any(e["event"] == "finished" and e["node"] == "zombie" for e in ev), 20,
+            lambda ev: any(e["event"] == "finished" and e["node"] == "zombie" for e in ev), 60,
             "the zombie's execution ends")
         heir_tokens = [e["token"] for e in events if e["event"] == "start" and e["node"] == "heir"]
     zombie_start = next(e for e in events if e["event"] == "start" and e["node"] == "zombie")
