@@ -65,8 +65,7 @@ class Statistics:
         without statistics, only slower."""
         self._checked = time.monotonic()
         try:
-            with self._autocommit() as conn:
-                outcome = self._dialect.ensure_statistics(conn, self._table)
+            outcome = self._dialect.ensure_statistics(self._autocommit, self._table)
         except sa.exc.DBAPIError as exc:
             log.warning("could not gather planner statistics of %s (%s): run ANALYZE on it, "
                         "or let autovacuum do so", self._table.fullname, exc.orig)

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -432,9 +433,13 @@ class Dialect(StatementCache):
 
         return self.built("pick", (table, where), build, limit)
 
-    def ensure_statistics(self, conn: Connection, table: sa.Table) -> str:
-        """Gather the planner statistics of ``table`` if the database has none: "present"
-        (or no such thing here), "gathered", or "refused" (this user may not gather them).
+    def ensure_statistics(
+        self, connect: Callable[[], AbstractContextManager[Connection]], table: sa.Table
+    ) -> str:
+        """Gather the planner statistics of ``table`` if the database has none, on a
+        connection from ``connect`` (autocommit; none is opened where there is nothing to
+        gather): "present" (or no such thing here), "gathered", or "refused" (this user may
+        not gather them).
 
         Differs per database because only some choose the pick's plan from statistics that
         an explicit step gathers (PostgreSQL's ``ANALYZE``); elsewhere there is nothing to do.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
@@ -397,18 +398,22 @@ class PostgreSQLDialect(Dialect):
         both = sa.union_all(by_name, rest.subquery("rest").select()).subquery("nexts")
         return sa.select(sa.func.min(both.c.due))
 
-    def ensure_statistics(self, conn: Connection, table: sa.Table) -> str:
+    def ensure_statistics(
+        self, connect: Callable[[], AbstractContextManager[Connection]], table: sa.Table
+    ) -> str:
         # Without statistics of next_process_at (never analysed, or analysed while empty)
         # the planner guesses, and may sort every due row on each pick.
-        name = conn.dialect.identifier_preparer.format_table(table)
-        known, may = conn.execute(_STATISTICS, {"name": name}).one()
-        if known:
-            return "present"
-        if not may:  # ANALYZE would skip the table with a warning
-            return "refused"
-        conn.exec_driver_sql(f"ANALYZE {name}")
-        # Still none: the table is empty, and there is nothing to gather yet.
-        return "gathered" if conn.execute(_STATISTICS, {"name": name}).one()[0] else "present"
+        with connect() as conn:
+            name = conn.dialect.identifier_preparer.format_table(table)
+            known, may = conn.execute(_STATISTICS, {"name": name}).one()
+            if known:
+                return "present"
+            if not may:  # ANALYZE would skip the table with a warning
+                return "refused"
+            conn.exec_driver_sql(f"ANALYZE {name}")
+            # Still none: the table is empty, and there is nothing to gather yet.
+            after = conn.execute(_STATISTICS, {"name": name}).one()[0]
+        return "gathered" if after else "present"
 
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
