@@ -23,6 +23,10 @@ from tests.harness.node import read_events
 ROOT = Path(__file__).resolve().parents[2]
 
 
+MIN_WAIT = 60.0
+"""The shortest bound :meth:`Cluster.wait_for` waits for an event, in seconds."""
+
+
 @dataclass(frozen=True)
 class Exit:
     """How a node ended in :meth:`Cluster.stop_all`: its exit code, or None when it did not
@@ -135,8 +139,12 @@ class Cluster:
 
     def wait_for(self, what: Callable[[list[dict[str, Any]]], bool], timeout: float,
                  message: str) -> list[dict[str, Any]]:
-        """Poll the events until ``what(events)``; returns them. AssertionError on timeout."""
-        deadline = time.monotonic() + timeout
+        """Poll the events until ``what(events)``; returns them. AssertionError on timeout.
+
+        ``timeout`` is taken as at least :data:`MIN_WAIT`: node processes that import, start
+        and pick on a machine busy with other work took longer than 15 s, and only a failing
+        test waits the bound out."""
+        deadline = time.monotonic() + max(timeout, MIN_WAIT)
         while time.monotonic() < deadline:
             events = self.events()
             if what(events):
