@@ -73,7 +73,7 @@ MAX_OPTIONS_LENGTH = 2000
 MAX_ITEM_BYTES = MAX_STATE_BYTES
 """Largest batch item (``push``), in bytes of UTF-8 JSON."""
 
-REVISION = 10
+REVISION = 11
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
 
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
@@ -208,8 +208,9 @@ def control_indexes(table: sa.Table) -> list[sa.Index]:
     * ``<name>_group_idx (task_group, locked_by)`` — a group's running rows, without reading
       its waiting ones; only rows with a group where the database allows;
     * ``<name>_pick_idx (handler, priority DESC, next_process_at)``, only rows whose priority
-      is not 0, and only where the database allows (elsewhere it is not made: only the
-      PostgreSQL pick looks for its rows per handler, in this order).
+      is not 0 where the database allows partial indexes; MySQL/MariaDB get it over every
+      row from revision 11 (their pick walks it for the rows of priority other than 0);
+      elsewhere it is not made.
     """
     t, name = table, table.name
     grouped: dict[str, Any] = {f"{d}_where": t.c.task_group.is_not(None)
@@ -396,6 +397,8 @@ TRACEBACK_REVISION = 9
 """The migration that adds the run history's ``traceback`` column."""
 STATUS_INDEX_REVISION = 10
 """The migration that adds the run history's index on ``(status, finished_at)``."""
+MYSQL_PICK_INDEX_REVISION = 11
+"""The revision that makes ``<name>_pick_idx`` on MySQL/MariaDB (holding every row there)."""
 
 
 def runs_status_index(runs_name: str) -> sa.Index:
