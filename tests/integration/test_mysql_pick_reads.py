@@ -47,9 +47,9 @@ def test_a_pick_reads_rows_in_proportion_to_its_limit(
         store = client._store
         with store.engine.connect() as conn:
             conn.exec_driver_sql(f"UPDATE {table_name} SET priority = 5 "
-                                 "WHERE task_name LIKE 'first-%%'")
+                                 "WHERE queue_name LIKE 'first-%%'")
             conn.exec_driver_sql(f"UPDATE {table_name} SET priority = -5 "
-                                 "WHERE task_name IN ('job-0', 'job-1')")
+                                 "WHERE queue_name IN ('job-0', 'job-1')")
             conn.commit()
             if analyze:
                 conn.exec_driver_sql(f"ANALYZE TABLE {table_name}").all()
@@ -61,7 +61,7 @@ def test_a_pick_reads_rows_in_proportion_to_its_limit(
                 node_id="n1", claim=uuid.uuid4().hex,
                 params=handler_params(store, frozenset({"drain"})))
             read = _reads(conn) - before  # with the SHOW's own few reads
-        names = sorted(str(r["task_name"]) for r in rows)
+        names = sorted(str(r["queue_name"]) for r in rows)
         # The pick's order: priority first, then due time (priority -5 comes last).
         assert names[:3] == ["first-0", "first-1", "first-2"]
         assert len(rows) == LIMIT and "job-0" not in names and "job-1" not in names
