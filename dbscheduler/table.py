@@ -189,6 +189,7 @@ def make_table(
           if revision >= 3 else []),
         *([sa.Index(f"{name}_alert_idx", "alerted_at", "alert_after")]
           if revision >= 5 else []),
+        *([rank_index(name)] if revision >= RANK_INDEX_REVISION else []),
         schema=schema,
         **table_options(),
     )
@@ -202,15 +203,23 @@ PARTIAL_INDEXES = frozenset({"postgresql", "sqlite", "mssql"})
 that use no control, so that the many rows that do not cost nothing to keep indexed."""
 
 
+def rank_index(name: str) -> sa.Index:
+    """``<name>_rank_idx (priority, next_process_at)``, made on MySQL/MariaDB only (revision
+    11): their pick walks it for the due rows of priority other than 0 (neither server has
+    partial indexes, so ``pick_idx`` is not made there, and a range on ``handler`` is not
+    possible under the pick's handler condition). Elsewhere it is not made."""
+    return sa.Index(f"{name}_rank_idx", "priority", "next_process_at").ddl_if(
+        dialect=("mysql", "mariadb"))  # type: ignore[arg-type]  # a tuple is accepted
+
+
 def control_indexes(table: sa.Table) -> list[sa.Index]:
     """The indexes revision 4 adds (attached to ``table``):
 
     * ``<name>_group_idx (task_group, locked_by)`` — a group's running rows, without reading
       its waiting ones; only rows with a group where the database allows;
     * ``<name>_pick_idx (handler, priority DESC, next_process_at)``, only rows whose priority
-      is not 0 where the database allows partial indexes; MySQL/MariaDB get it over every
-      row from revision 11 (their pick walks it for the rows of priority other than 0);
-      elsewhere it is not made.
+      is not 0, and only where the database allows (elsewhere it is not made: only the
+      PostgreSQL pick looks for its rows per handler, in this order).
     """
     t, name = table, table.name
     grouped: dict[str, Any] = {f"{d}_where": t.c.task_group.is_not(None)
@@ -397,8 +406,8 @@ TRACEBACK_REVISION = 9
 """The migration that adds the run history's ``traceback`` column."""
 STATUS_INDEX_REVISION = 10
 """The migration that adds the run history's index on ``(status, finished_at)``."""
-MYSQL_PICK_INDEX_REVISION = 11
-"""The revision that makes ``<name>_pick_idx`` on MySQL/MariaDB (holding every row there)."""
+RANK_INDEX_REVISION = 11
+"""The revision that makes ``<name>_rank_idx`` (MySQL/MariaDB only)."""
 
 
 def runs_status_index(runs_name: str) -> sa.Index:
