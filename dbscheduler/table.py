@@ -75,6 +75,8 @@ MAX_ITEM_BYTES = MAX_STATE_BYTES
 
 REVISION = 11
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
+RANK_INDEX_REVISION = 11
+"""The revision that makes ``<name>_rank_idx`` (MySQL/MariaDB only)."""
 
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
 """The values of the run history's ``status`` column."""
@@ -406,8 +408,6 @@ TRACEBACK_REVISION = 9
 """The migration that adds the run history's ``traceback`` column."""
 STATUS_INDEX_REVISION = 10
 """The migration that adds the run history's index on ``(status, finished_at)``."""
-RANK_INDEX_REVISION = 11
-"""The revision that makes ``<name>_rank_idx`` (MySQL/MariaDB only)."""
 
 
 def runs_status_index(runs_name: str) -> sa.Index:

@@ -170,7 +170,7 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE schedule
 
 -- Running upgrade dbscheduler_0010 -> dbscheduler_0011
 
-CREATE INDEX scheduled_tasks_pick_idx ON scheduled_tasks (handler, priority DESC, next_process_at);
+CREATE INDEX scheduled_tasks_rank_idx ON scheduled_tasks (priority, next_process_at);
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010';
 
