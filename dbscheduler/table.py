@@ -73,8 +73,10 @@ MAX_OPTIONS_LENGTH = 2000
 MAX_ITEM_BYTES = MAX_STATE_BYTES
 """Largest batch item (``push``), in bytes of UTF-8 JSON."""
 
-REVISION = 10
+REVISION = 11
 """The table shape :func:`make_table` builds by default (the newest migration's)."""
+RANK_INDEX_REVISION = 11
+"""The revision that makes ``<name>_rank_idx`` (MySQL/MariaDB only)."""
 
 RUN_STATUSES: tuple[str, ...] = ("success", "error", "lost", "cancelled", "timeout", "skipped")
 """The values of the run history's ``status`` column."""
@@ -189,6 +191,7 @@ def make_table(
           if revision >= 3 else []),
         *([sa.Index(f"{name}_alert_idx", "alerted_at", "alert_after")]
           if revision >= 5 else []),
+        *([rank_index(name)] if revision >= RANK_INDEX_REVISION else []),
         schema=schema,
         **table_options(),
     )
@@ -200,6 +203,15 @@ def make_table(
 PARTIAL_INDEXES = frozenset({"postgresql", "sqlite", "mssql"})
 """Databases with partial (filtered) indexes: there the control indexes leave out the rows
 that use no control, so that the many rows that do not cost nothing to keep indexed."""
+
+
+def rank_index(name: str) -> sa.Index:
+    """``<name>_rank_idx (priority, next_process_at)``, made on MySQL/MariaDB only (revision
+    11): their pick walks it for the due rows of priority other than 0 (neither server has
+    partial indexes, so ``pick_idx`` is not made there, and a range on ``handler`` is not
+    possible under the pick's handler condition). Elsewhere it is not made."""
+    return sa.Index(f"{name}_rank_idx", "priority", "next_process_at").ddl_if(
+        dialect=("mysql", "mariadb"))  # type: ignore[arg-type]  # a tuple is accepted
 
 
 def control_indexes(table: sa.Table) -> list[sa.Index]:

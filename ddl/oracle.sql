@@ -252,6 +252,12 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0010 -> dbscheduler_0011
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010'
+
+/
+
 COMMIT
 
 /

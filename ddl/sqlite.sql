@@ -165,3 +165,7 @@ CREATE INDEX scheduled_tasks_runs_status_idx ON scheduled_tasks_runs (status, fi
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0009';
 
+-- Running upgrade dbscheduler_0010 -> dbscheduler_0011
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010';
+
