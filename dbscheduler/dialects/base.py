@@ -446,6 +446,15 @@ class Dialect(StatementCache):
         """
         return "present"
 
+    def estimated_rows(self, conn: Connection, table: sa.Table) -> int | None:
+        """The database's own estimate of how many rows ``table`` holds, from its
+        statistics, without reading the table (None where there is none).
+
+        Differs per database because each keeps it in its own catalogue; a large listing
+        shows it where counting every row would cost what the table's size does.
+        """
+        return None
+
     def claimed(
         self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
     ) -> list[PickedRow]:

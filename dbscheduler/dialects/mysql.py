@@ -348,6 +348,14 @@ class MySQLDialect(Dialect):
     # COMMIT are one statement (fence_commit) and nothing is left to bound between them.
     fence_bounded = True
 
+    def estimated_rows(self, conn: Connection, table: sa.Table) -> int | None:
+        # InnoDB's estimate, kept up to date as rows change (no read of the table).
+        found = conn.execute(
+            sa.text("SELECT TABLE_ROWS FROM information_schema.TABLES "
+                    "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :name"),
+            {"schema": table.schema, "name": table.name}).scalar()
+        return None if found is None else int(found)
+
     def fence_margin(self, conn: Connection, bounds: FenceBounds) -> float:
         if _is_mariadb(conn):
             # Check and COMMIT run back to back inside the server: only its own time counts.
