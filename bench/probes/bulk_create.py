@@ -1,6 +1,9 @@
 """Bulk creation throughput from one process: ``python -m bench.probes.bulk_create [--rows N]
 [--url URL ...]``.
 
+Without ``--url``, on private PostgreSQL and MariaDB servers of its own (bench/private_servers.py,
+started and removed here; ``--backends`` chooses) and a SQLite file; never the machine's own.
+
 On a fresh table per URL, one :class:`~dbscheduler.Client` writes ``--rows`` one-off jobs with
 ``schedule_once_many`` (each with its own data), then the same items again (every row exists:
 the update path), then ``--rows`` runtime tasks with ``schedule_many`` and ``--rows`` pushes to
@@ -36,11 +39,8 @@ import sqlalchemy as sa
 from dbscheduler import Client, FixedRate
 from dbscheduler.migrate import upgrade
 
-DEFAULT_URLS = [
-    "postgresql+psycopg://postgres@127.0.0.1:5432/test",
-    "mysql+pymysql://root@127.0.0.1:3306/test",
-    "sqlite:////tmp/dbscheduler-bench-bulk.sqlite3",
-]
+SQLITE_URL = "sqlite:////tmp/dbscheduler-bench-bulk.sqlite3"
+BACKENDS = ("postgresql", "mysql", "sqlite")
 
 
 def _drop(url: str, table: str) -> None:
@@ -106,14 +106,31 @@ def run(url: str, rows: int, single: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", action="append", help="database URL (repeatable)")
+    parser.add_argument("--url", action="append",
+                        help="a database of your own (repeatable) instead of the private "
+                             "servers of bench/private_servers.py")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help="without --url: which private servers to start")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=1000,
                         help="also this many one by one (0: skip)")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    for url in args.url or DEFAULT_URLS:
-        run(url, args.rows, args.single)
+    if args.url:
+        for url in args.url:
+            run(url, args.rows, args.single)
+        return
+    from bench.private_servers import PrivateMariaDB, PrivatePostgres
+
+    for backend in args.backends.split(","):
+        if backend == "sqlite":
+            run(SQLITE_URL, args.rows, args.single)
+            continue
+        server = PrivatePostgres() if backend == "postgresql" else PrivateMariaDB()
+        try:
+            run(server.start(), args.rows, args.single)
+        finally:
+            server.remove()
 
 
 if __name__ == "__main__":
