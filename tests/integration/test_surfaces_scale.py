@@ -292,7 +292,7 @@ def test_counts_past_a_cap_are_lower_bounds_with_the_tables_estimate(
     with TestClient(create_app(client)) as http:
         page = http.get("/")
         assert page.status_code == 200
-        assert re.search(r"Showing 1–50 of \d+\+\.", page.text), page.text[-2000:]
+        assert re.search(r"Showing 1–50 of (\d+\+|≈ \d+)\.", page.text), page.text[-2000:]
         if capped.estimate is not None:
             assert "≈ " in page.text
         assert "Next" in page.text  # a full page, more rows: a next page
