@@ -186,6 +186,9 @@ class Dialect(StatementCache):
 
     upsert_rows: ClassVar[int] = 1000
     """Rows per :meth:`upsert_many` statement (a larger call is written in parts)."""
+    bulk_writers: ClassVar[int] = 1
+    """Batches of one bulk creation (``schedule_many``) written at once, each on its own
+    connection (1: one after another)."""
 
     def upsert_many(
         self,

@@ -177,6 +177,10 @@ class PostgreSQLDialect(Dialect):
         )
         conn.execute(stmt, params)
 
+    # Two connections: while the server writes one batch, the client encodes the next
+    # (the encoding was as long as the server's write; together they took their sum).
+    bulk_writers = 2
+
     def upsert_many(
         self,
         conn: Connection,
