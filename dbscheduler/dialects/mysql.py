@@ -259,6 +259,11 @@ class MySQLDialect(Dialect):
         pairs = [(c.name, v) for c, v in on_existing]
         return mysql_insert(table).values(**row).on_duplicate_key_update(pairs)
 
+    # Two connections, as on PostgreSQL: the client encodes a batch while the server
+    # writes another. Two upserts of disjoint names may still deadlock on InnoDB's gap
+    # locks; the deadlock is transient and the batch is sent again.
+    bulk_writers = 2
+
     def upsert_many(
         self,
         conn: Connection,
