@@ -25,7 +25,7 @@ from .alerts import ONE_OFF_PREFIX, dead_where, overdue_where
 from .base import StoreBase
 
 __all__ = ["FAILING_STATUSES", "STATES", "Listing", "count_listing", "count_matching",
-           "select_listing"]
+           "group_waiting", "select_listing"]
 
 STATES = ("running", "paused", "failing", "overdue", "idle")
 """The states a listing filters by, as the dashboard and ``dbscheduler list`` show them."""
@@ -251,3 +251,19 @@ def count_matching(store: StoreBase, listing: Listing) -> int:
     stmt = sa.select(sa.func.count()).select_from(source).where(*where)
     with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
+
+
+def group_waiting(store: StoreBase, group: str, limit: int, cap: int = 10_000
+                  ) -> tuple[list[str], int]:
+    """The tasks of ``group`` waiting for room (due, not running, not paused): the first
+    ``limit`` names, and how many there are (counted up to ``cap + 1``). Two statements
+    that read the group's due rows, never the whole table."""
+    t = store.table
+    where = (t.c.task_group == group, t.c.locked_by.is_(None), t.c.paused == _flag(False),
+             t.c.next_process_at <= db_now())
+    names = sa.select(t.c.queue_name).where(*where).order_by(t.c.queue_name).limit(limit)
+    bounded = sa.select(t.c.id).where(*where).limit(cap + 1).subquery("waiting")
+    with store.read() as conn:
+        found = [str(n) for n in conn.execute(names).scalars()]
+        count = int(conn.execute(sa.select(sa.func.count()).select_from(bounded)).scalar_one())
+    return found, count
