@@ -89,14 +89,25 @@ class TaskTotals:
     ``batch_keys``: the rows left out as batch keys (0 unless ``batch_keys=False``);
     ``db_now``: the database clock they were counted on.
 
+    With ``task_totals(cap=n)`` only ``n + 1`` rows at most are counted (a cost that does
+    not grow with the table): ``exact`` is False when there were more, and then every
+    number is that of the rows counted, a lower bound ("10,000+"), and ``estimate`` is the
+    database's estimate of the whole table's rows, from its statistics (None where it has
+    none; PostgreSQL's ``pg_class``, MySQL's ``information_schema.TABLES``).
+
     >>> client.task_totals(state="failing").matching          # doctest: +SKIP
     3
+    >>> big = client.task_totals(cap=10_000)                  # doctest: +SKIP
+    >>> big.exact, big.matching, big.estimate                 # doctest: +SKIP
+    (False, 10001, 100342)
     """
 
     db_now: datetime
     matching: int
     states: dict[str, int]
     batch_keys: int
+    exact: bool = True
+    estimate: int | None = None
 
 
 class Client:
@@ -251,19 +262,29 @@ class Client:
     def task_totals(
         self, *, state: str | None = None, handler: str | None = None,
         match: str | None = None, batch_keys: bool = True,
-        overdue_after: timedelta | None = None,
+        overdue_after: timedelta | None = None, cap: int | None = None,
     ) -> TaskTotals:
         """How many rows :meth:`tasks` gives with these filters, and how many of them are in
         each state, counted by one aggregate query (one row comes back, whatever the size
         of the table): see :class:`TaskTotals`.
 
+        ``cap``: count ``cap + 1`` rows at most, so that the count costs the same in a table
+        of any size; beyond it the numbers are lower bounds (``exact`` is False) and
+        ``estimate`` the database's estimate of the table's rows. None counts every row.
+
         >>> totals = client.task_totals(batch_keys=False)           # doctest: +SKIP
         >>> totals.matching, totals.states["overdue"]              # doctest: +SKIP
         (10512, 3)
+        >>> client.task_totals(cap=10_000).exact                   # doctest: +SKIP
+        False
         """
         listing = self._listing(state, handler, match, batch_keys, overdue_after)
-        found = count_listing(self._store, listing)
-        return TaskTotals(found.db_now, found.matching, found.states, found.batch_keys)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)
+                                or not 1 <= cap <= 100_000_000):
+            raise ValueError(f"cap must be an integer from 1 to 100000000 or None, got {cap!r}")
+        found = count_listing(self._store, listing, cap)
+        return TaskTotals(found.db_now, found.matching, found.states, found.batch_keys,
+                          found.exact, found.estimate)
 
     def count_tasks(
         self, *, state: str | None = None, handler: str | None = None,

@@ -64,13 +64,26 @@ def runtime_row(
         refuse_reserved(handler, f"task {name!r}: handler")
         if memo is not None:
             memo["handler", handler] = True
-    key = _memo_key(schedule, options) if memo is not None else None
-    if memo is not None and key is not None and key in memo:
-        text, controls, stored_options, alert_after = memo[key]
+    if memo is not None and type(schedule) is Once:
+        # One-off jobs of a bulk call share their options, rarely their time: the options
+        # are checked once per distinct set, and a Once's text, its own describe(), needs
+        # no other check (Once itself refused a naive or non-datetime ``at``).
+        key = _memo_key(None, options)
+        if key is not None and key in memo:
+            _, controls, stored_options, alert_after = memo[key]
+        else:
+            _, controls, stored_options, alert_after = _checked(name, schedule, options)
+            if key is not None:
+                memo[key] = None, controls, stored_options, alert_after
+        text = schedule.describe()
     else:
-        text, controls, stored_options, alert_after = _checked(name, schedule, options)
-        if memo is not None and key is not None:
-            memo[key] = text, controls, stored_options, alert_after
+        key = _memo_key(schedule, options) if memo is not None else None
+        if memo is not None and key is not None and key in memo:
+            text, controls, stored_options, alert_after = memo[key]
+        else:
+            text, controls, stored_options, alert_after = _checked(name, schedule, options)
+            if memo is not None and key is not None:
+                memo[key] = text, controls, stored_options, alert_after
     try:
         stored_data = encode_state(data)
     except ValueError as exc:
@@ -83,7 +96,8 @@ def runtime_row(
                       controls.priority, controls.group, controls.requires, alert_after)
 
 
-def _memo_key(schedule: Schedule, options: Mapping[str, Any]) -> tuple[Any, ...] | None:
+def _memo_key(schedule: Schedule | None, options: Mapping[str, Any]
+              ) -> tuple[Any, ...] | None:
     """What makes two items' schedule and options checks the same, or ``None`` when the
     values cannot be compared (unhashable options are checked every time)."""
     try:

@@ -7,8 +7,8 @@ writes SQL.
 
 from __future__ import annotations
 
+import re
 import time
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -41,6 +41,7 @@ __all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 log = engine_log("dbscheduler.store")
 
 _T = TypeVar("_T")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 TRANSIENT_RETRIES = 3
 """Attempts of a statement that fails on a deadlock or serialization failure."""
@@ -257,7 +258,10 @@ def validate_name(name: object) -> str:
     (Unicode category Cc: NUL, newline, tab, escape …), no leading or trailing white space."""
     if not isinstance(name, str):
         raise ValueError(f"task name must be a string, got {type(name).__name__}")
-    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    # Category Cc is exactly U+0000-U+001F and U+007F-U+009F: one regex search, not a
+    # category lookup per character (a fifth of a bulk call's CPU).
+    found = _CONTROL.search(name)
+    control = None if found is None else found.group()
     if control is not None:
         # The CLI and logs print one name per line: a newline or an escape would forge lines.
         raise ValueError(
@@ -269,6 +273,8 @@ def validate_name(name: object) -> str:
     if name != name.strip():
         # MySQL/MariaDB compare with trailing spaces ignored: "a " and "a" would be one row.
         raise ValueError(f"task name {name!r} must not start or end with white space")
+    if 2 * len(name) <= MAX_NAME_LENGTH:  # no character takes more than two units
+        return name
     # SQL Server's NVARCHAR counts UTF-16 code units: an emoji takes two.
     units = len(name.encode("utf-16-le")) // 2
     if units > MAX_NAME_LENGTH:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -80,11 +81,18 @@ def _runtime_existing(t: sa.Table) -> Callable[[Callable[[str], Any]],
 def write_runtime_many(store: StoreBase, rows: Sequence[RuntimeRow]) -> None:
     """Create or update every row of ``rows`` (names unique), one upsert per batch of the
     dialect's :attr:`~dbscheduler.dialects.base.Dialect.upsert_rows`, waking listening nodes
-    once per batch."""
+    once per batch.
+
+    Up to the dialect's :attr:`~dbscheduler.dialects.base.Dialect.bulk_writers` batches are
+    written at once, each on its own connection: while the server writes one, this process
+    encodes the next (the names are unique, so the batches touch disjoint rows and their
+    order does not change the result). When one fails, the others already sent are still
+    written, and the first error is raised once they end."""
     t = store.table
     clock = _Clock(store)
     on_existing = _runtime_existing(t)
-    for batch in _batches(rows, store.dialect.upsert_rows):
+
+    def write(batch: Sequence[RuntimeRow]) -> None:
         now = clock.now()
         values = [
             {"queue_name": r.name, "handler": r.handler, "payload": None, "data": r.data,
@@ -96,6 +104,21 @@ def write_runtime_many(store: StoreBase, rows: Sequence[RuntimeRow]) -> None:
             for r in batch
         ]
         store.retrying("schedule_many", partial(_upsert, store, values, on_existing))
+
+    batches = list(_batches(rows, store.dialect.upsert_rows))
+    writers = min(store.dialect.bulk_writers, len(batches))
+    if writers <= 1:
+        for batch in batches:
+            write(batch)
+        return
+    with ThreadPoolExecutor(writers, thread_name_prefix="dbscheduler-bulk") as pool:
+        futures = [pool.submit(write, batch) for batch in batches]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            for future in futures:  # after a failure, send no batch not yet begun
+                future.cancel()
 
 
 def _upsert(store: StoreBase, values: list[dict[str, Any]],

@@ -25,7 +25,7 @@ from .alerts import ONE_OFF_PREFIX, dead_where, overdue_where
 from .base import StoreBase
 
 __all__ = ["FAILING_STATUSES", "STATES", "Listing", "count_listing", "count_matching",
-           "select_listing"]
+           "group_waiting", "select_listing"]
 
 STATES = ("running", "paused", "failing", "overdue", "idle")
 """The states a listing filters by, as the dashboard and ``dbscheduler list`` show them."""
@@ -161,6 +161,8 @@ class ListingCounts:
     matching: int
     states: dict[str, int]
     batch_keys: int
+    exact: bool = True
+    estimate: int | None = None
 
 
 def _with_pending(store: StoreBase, listing: Listing
@@ -180,12 +182,15 @@ def _with_pending(store: StoreBase, listing: Listing
 _FLAGS = ("key_", "match_", *(s for s in STATES if s != "idle"))
 
 
-def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
+def count_statement(store: StoreBase, listing: Listing, cap: int | None = None
+                    ) -> sa.Select[Any]:
     """How many rows of each kind the listing's rows hold: one row per combination of flags
     (batch key, running, paused, failing, overdue, and whether the search matches: 64 at
     most, whatever the table's size) with its count. Each flag is computed once per row, in
     a derived table; only the handler filter narrows the rows, the state, the search and the
-    batch keys are applied to the counts (:func:`count_listing`)."""
+    batch keys are applied to the counts (:func:`count_listing`). With ``cap``, the derived
+    table reads ``cap + 1`` rows at most (the counts then cost what ``cap`` rows do, and
+    more than ``cap`` in all says there are more)."""
     t = store.table
     states = _conditions(t, listing.overdue_after)
     zero: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
@@ -196,19 +201,30 @@ def count_statement(store: StoreBase, listing: Listing) -> sa.Select[Any]:
     flags = sa.select(key.label("key_"), searched.label("match_"),
                       *(_one(cond).label(name) for name, cond in states.items()))
     flags = flags.select_from(source).where(*_where(store, Listing(handler=listing.handler)))
+    if cap is not None:
+        # No ORDER BY: which rows are read does not matter, only that at most cap + 1 are.
+        flags = flags.limit(cap + 1)
     sub = flags.subquery("flags")
     columns = [sub.c[name] for name in _FLAGS]
     return sa.select(*columns, sa.func.count().label("n")).group_by(*columns)
 
 
-def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
+def count_listing(store: StoreBase, listing: Listing, cap: int | None = None
+                  ) -> ListingCounts:
     """The numbers of a listing, from one aggregate (at most 64 short rows come back) and
     the database clock: ``states`` under the handler filter (neither the state nor the
     search: the dashboard's filters count what a click on them shows), ``matching`` under
-    every filter."""
+    every filter.
+
+    With ``cap``, at most ``cap + 1`` rows are counted: when there are more, the numbers are
+    those of the rows read (lower bounds, ``exact`` false) and ``estimate`` is the database's
+    own estimate of the table's rows (its statistics; None where it has none)."""
     with store.read() as conn:
-        found = [dict(r._mapping) for r in conn.execute(count_statement(store, listing))]
+        found = [dict(r._mapping) for r in conn.execute(count_statement(store, listing, cap))]
         now = store.now(conn)
+        read = sum(int(row["n"]) for row in found)
+        exact = cap is None or read <= cap
+        estimate = None if exact else store.dialect.estimated_rows(conn, store.table)
     counts = dict.fromkeys(("all", *STATES), 0)
     hidden = matching = 0
     for row in found:
@@ -222,7 +238,7 @@ def count_listing(store: StoreBase, listing: Listing) -> ListingCounts:
             counts[state] += n
         if int(row["match_"]) and (listing.state is None or listing.state in held):
             matching += n
-    return ListingCounts(now, matching, counts, hidden)
+    return ListingCounts(now, matching, counts, hidden, exact, estimate)
 
 
 def count_matching(store: StoreBase, listing: Listing) -> int:
@@ -235,3 +251,19 @@ def count_matching(store: StoreBase, listing: Listing) -> int:
     stmt = sa.select(sa.func.count()).select_from(source).where(*where)
     with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
+
+
+def group_waiting(store: StoreBase, group: str, limit: int, cap: int = 10_000
+                  ) -> tuple[list[str], int]:
+    """The tasks of ``group`` waiting for room (due, not running, not paused): the first
+    ``limit`` names, and how many there are (counted up to ``cap + 1``). Two statements
+    that read the group's due rows, never the whole table."""
+    t = store.table
+    where = (t.c.task_group == group, t.c.locked_by.is_(None), t.c.paused == _flag(False),
+             t.c.next_process_at <= db_now())
+    names = sa.select(t.c.queue_name).where(*where).order_by(t.c.queue_name).limit(limit)
+    bounded = sa.select(t.c.id).where(*where).limit(cap + 1).subquery("waiting")
+    with store.read() as conn:
+        found = [str(n) for n in conn.execute(names).scalars()]
+        count = int(conn.execute(sa.select(sa.func.count()).select_from(bounded)).scalar_one())
+    return found, count

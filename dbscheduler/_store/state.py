@@ -14,6 +14,10 @@ from ..table import MAX_ERROR_LENGTH, MAX_STATE_BYTES
 
 __all__ = ["MAX_STATE_BYTES", "clean_text", "decode_state", "decode_state_safe", "encode_state"]
 
+_ENCODER = json.JSONEncoder(allow_nan=False)
+"""``json.dumps(…, allow_nan=False)``'s encoder, made once: ``dumps`` with an argument makes
+a new one per call (a tenth of a bulk call's CPU)."""
+
 
 def encode_state(state: Any) -> str | None:
     """``state`` as the JSON text stored in ``payload`` (``None`` stays ``None``).
@@ -24,12 +28,12 @@ def encode_state(state: Any) -> str | None:
     if state is None:
         return None
     try:
-        text = json.dumps(state, allow_nan=False)
+        text = _ENCODER.encode(state)
     except RecursionError:
         raise ValueError("state is nested too deeply to serialise as JSON") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"state is not JSON-serialisable: {exc}") from None
-    size = len(text.encode("utf-8"))
+    size = len(text)  # ASCII (ensure_ascii): one byte per character
     if size > MAX_STATE_BYTES:
         raise ValueError(
             f"state is {size:,} bytes of JSON; the limit is {MAX_STATE_BYTES:,} bytes "

@@ -186,6 +186,9 @@ class Dialect(StatementCache):
 
     upsert_rows: ClassVar[int] = 1000
     """Rows per :meth:`upsert_many` statement (a larger call is written in parts)."""
+    bulk_writers: ClassVar[int] = 1
+    """Batches of one bulk creation (``schedule_many``) written at once, each on its own
+    connection (1: one after another)."""
 
     def upsert_many(
         self,
@@ -445,6 +448,15 @@ class Dialect(StatementCache):
         an explicit step gathers (PostgreSQL's ``ANALYZE``); elsewhere there is nothing to do.
         """
         return "present"
+
+    def estimated_rows(self, conn: Connection, table: sa.Table) -> int | None:
+        """The database's own estimate of how many rows ``table`` holds, from its
+        statistics, without reading the table (None where there is none).
+
+        Differs per database because each keeps it in its own catalogue; a large listing
+        shows it where counting every row would cost what the table's size does.
+        """
+        return None
 
     def claimed(
         self, conn: Connection, table: sa.Table, *, node_id: str, claim: str

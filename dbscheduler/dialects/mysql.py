@@ -288,6 +288,11 @@ class MySQLDialect(Dialect):
         pairs = [(c.name, v) for c, v in on_existing]
         return mysql_insert(table).values(**row).on_duplicate_key_update(pairs)
 
+    # Two connections, as on PostgreSQL: the client encodes a batch while the server
+    # writes another. Two upserts of disjoint names may still deadlock on InnoDB's gap
+    # locks; the deadlock is transient and the batch is sent again.
+    bulk_writers = 2
+
     def upsert_many(
         self,
         conn: Connection,
@@ -376,6 +381,14 @@ class MySQLDialect(Dialect):
     # is the same bound. Both count whole seconds, so on MariaDB the final check and the
     # COMMIT are one statement (fence_commit) and nothing is left to bound between them.
     fence_bounded = True
+
+    def estimated_rows(self, conn: Connection, table: sa.Table) -> int | None:
+        # InnoDB's estimate, kept up to date as rows change (no read of the table).
+        found = conn.execute(
+            sa.text("SELECT TABLE_ROWS FROM information_schema.TABLES "
+                    "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :name"),
+            {"schema": table.schema, "name": table.name}).scalar()
+        return None if found is None else int(found)
 
     def fence_margin(self, conn: Connection, bounds: FenceBounds) -> float:
         if _is_mariadb(conn):

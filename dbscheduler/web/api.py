@@ -40,6 +40,7 @@ from .models import (
     UpcomingTimes,
 )
 from .views import (
+    COUNT_CAP,
     OVERDUE_AFTER,
     STATES,
     describe_schedule,
@@ -127,13 +128,18 @@ def list_tasks(
     kind: Annotated[Literal["tasks", "all"], Query(
         description="tasks: leave batch keys out (they are listed by /api/batches); all: "
                     "every row")] = "tasks",
+    exact: Annotated[bool, Query(
+        description="count every matching row (a cost that grows with the table) instead "
+                    "of at most 10,000")] = False,
 ) -> JSONResponse:
     """Tasks ordered by name, filtered by state, handler and search text, one page at a
     time; batch keys only with ``kind=all``. Filtered, paged and counted by the database: a
-    page costs the same in a table of any size."""
+    page costs the same in a table of any size. The counts stop at 10,000 rows unless
+    ``exact=true``: past it ``exact`` is false, ``total`` and ``counts`` are lower bounds and
+    ``estimate`` is the database's estimate of the table's rows."""
     client = client_of(request)
     listing = {**listing_filters(client, state, q, kind), "handler": handler}
-    totals = client.task_totals(**listing)
+    totals = client.task_totals(**listing, cap=None if exact else COUNT_CAP)
     infos = client.tasks(**listing, limit=limit, offset=offset)
     return JSONResponse({
         "tasks": [info.to_dict() for info in infos],
@@ -143,6 +149,8 @@ def list_tasks(
         "counts": totals.states,
         "db_now": totals.db_now.isoformat(),
         "batch_keys": totals.batch_keys,
+        "exact": totals.exact,
+        "estimate": totals.estimate,
     })
 
 

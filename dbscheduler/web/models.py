@@ -171,6 +171,12 @@ class TaskList(BaseModel):
     counts: dict[str, int] = Field(description="tasks in each state (all, running, paused, …)")
     db_now: datetime = Field(description="the database clock the states were computed on")
     batch_keys: int = Field(default=0, description="batch keys left out (kind=tasks)")
+    exact: bool = Field(default=True, description=(
+        "false when more rows than the count's cap (10,000) matched and exact=false was "
+        "asked (the default): total and counts are then those of the rows counted, lower "
+        "bounds"))
+    estimate: int | None = Field(default=None, description=(
+        "when not exact, the database's estimate of the table's rows (null if none)"))
 
 
 class UpcomingTimes(BaseModel):

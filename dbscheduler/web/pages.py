@@ -18,9 +18,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from .._store.listing import group_waiting
 from ..context import RunInfo, TaskInfo
 from ..table import RUN_STATUSES
 from .views import (
+    COUNT_CAP,
     STATES,
     Page,
     State,
@@ -32,11 +34,24 @@ from .views import (
 __all__ = ["PAGE_SIZE", "RUNS_SHOWN", "Bar", "TaskRow", "chrome", "duration_chart", "router"]
 
 PAGE_SIZE = 50
+WAITING_SHOWN = 10
+"""Tasks waiting for room named per group on the groups page (then "and N more")."""
 """Tasks per page of the tasks page: the database reads about as many rows."""
 RUNS_SHOWN = 25
 """Runs in a task page's table; its chart shows up to :data:`CHART_RUNS`."""
+
 CHART_RUNS = 60
 REFRESH_MS = 4000
+
+
+def approximate(n: int) -> str:
+    """``n`` rounded for a reader: 950, 12k, 1.2M."""
+    if n < 1_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1_000:.0f}k" if n >= 10_000 else f"{n / 1_000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
 
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -151,11 +166,23 @@ def _tasks_context(request: Request, state: str | None, q: str | None, page: int
     state = state if state in STATES else None
     # The database filters, pages and counts: two statements, whatever the table's size.
     listing = listing_filters(client, state, q, kind or "tasks")
-    totals = client.task_totals(**listing)
+    totals = client.task_totals(**listing, cap=COUNT_CAP)
     offset = (page - 1) * PAGE_SIZE
     items = client.tasks(**listing, limit=PAGE_SIZE, offset=offset)
     now = totals.db_now
     listing_page = Page(items, totals.matching, PAGE_SIZE, offset)
+    # Beyond the cap the total is a lower bound: a full page says there may be a next one.
+    more = (listing_page.offset + PAGE_SIZE < listing_page.total if totals.exact
+            else len(items) == PAGE_SIZE)
+
+    def fmt_count(n: int, whole: bool = False) -> str:
+        """A count as the page shows it: exact, or, past the cap, "10,000+" (a lower
+        bound) or, for the whole table, the database's estimate ("≈ 100k")."""
+        if totals.exact:
+            return f"{n:,}"
+        if whole and totals.estimate is not None and totals.estimate > n:
+            return f"≈ {approximate(totals.estimate)}"
+        return f"{n:,}+"
 
     def page_url(number: int) -> str:
         params = {k: v for k, v in (("state", state), ("q", q), ("kind", kind),
@@ -179,8 +206,9 @@ def _tasks_context(request: Request, state: str | None, q: str | None, page: int
         "first": listing_page.offset + 1,
         "last": listing_page.offset + len(listing_page.items),
         "prev_url": page_url(page - 1) if page > 1 else None,
-        "next_url": (page_url(page + 1) if listing_page.offset + PAGE_SIZE < listing_page.total
-                     else None),
+        "next_url": page_url(page + 1) if more else None,
+        "exact": totals.exact,
+        "fmt_count": fmt_count,
         "fmt_duration": fmt_duration,
         "kind": kind,
         "batch_keys": totals.batch_keys,
@@ -490,22 +518,14 @@ def _groups_context(request: Request) -> dict[str, Any]:
     client = request.app.state.dashboard.client
     groups = client.groups()
     now = client.db_now()
-    waiting: dict[str, list[TaskInfo]] = {}
-    full = {g.name for g in groups if g.limit is not None and g.running >= g.limit}
-    members: dict[str, list[TaskInfo]] = {}
-    for info in client.tasks():
-        group = info.options.get("group")
-        if not group:
-            continue
-        members.setdefault(group, []).append(info)
-        if group in full and not info.running and not info.paused \
-                and info.next_process_at <= now:
-            waiting.setdefault(group, []).append(info)
+    # Only a full group has tasks waiting for room: its first names and their number, by
+    # the database (two short statements per full group, not a read of every task).
+    waiting = {g.name: group_waiting(client._store, g.name, WAITING_SHOWN)
+               for g in groups if g.limit is not None and g.running >= g.limit}
     return {
         **chrome(request),
         "now": now,
         "groups": groups,
-        "members": members,
         "waiting": waiting,
         "task_url": lambda name: task_url(request, name),
     }

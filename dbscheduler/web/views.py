@@ -106,6 +106,12 @@ def is_batch_key(info: TaskInfo, pending: Collection[str] = ()) -> bool:
                 and (info.schedule or "").startswith("once "))
 
 
+COUNT_CAP = 10_000
+"""The tasks page and ``/api/tasks`` count this many rows at most (a cost that does not
+grow with the table); past it the numbers are lower bounds ("10,000+") and the page shows the
+table's estimated size."""
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of a filtered listing, with the total for pagination."""

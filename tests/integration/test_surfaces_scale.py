@@ -12,6 +12,7 @@ row. (How long each takes at 1,000 to 100,000 rows is ``bench/probes/surfaces.py
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -258,3 +259,46 @@ def test_list_shows_a_page_and_says_how_to_see_the_rest(
     assert data.stderr == ""  # every matching task was shown: no hint
     last = invoke("list", "--json", "--offset", str(SMALL), "--url", db_url, "--table", table)
     assert len(json.loads(last.stdout)) == 2 and "more" not in last.stderr
+
+
+def test_counts_past_a_cap_are_lower_bounds_with_the_tables_estimate(
+    sized: Callable[[int], tuple[Client, str]], db_url: str, backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A capped count reads ``cap + 1`` rows at most; past it the numbers are those of the
+    rows read (never more than the truth) and the page says so ("50+", "≈ 400")."""
+    import dbscheduler.web.api as api_module
+    import dbscheduler.web.pages as pages_module
+
+    client, table = sized(SMALL)
+    if backend in ("postgresql", "mysql"):  # the estimate comes from the statistics
+        with client.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql(("ANALYZE " if backend == "postgresql" else "ANALYZE TABLE ")
+                              + table)
+    exact = client.task_totals(batch_keys=False)
+    assert exact.exact and exact.estimate is None and exact.matching == SMALL
+    just_enough = client.task_totals(batch_keys=False, cap=SMALL + 2)
+    assert (just_enough.exact, just_enough.states) == (True, exact.states)
+    capped = client.task_totals(batch_keys=False, cap=50)
+    assert not capped.exact
+    assert capped.states["all"] + capped.batch_keys == 51
+    assert all(capped.states[s] <= exact.states[s] for s in exact.states)
+    if backend in ("postgresql", "mysql"):
+        assert capped.estimate is not None and SMALL / 2 <= capped.estimate <= SMALL * 2
+    else:
+        assert capped.estimate is None
+    monkeypatch.setattr(pages_module, "COUNT_CAP", 50)
+    monkeypatch.setattr(api_module, "COUNT_CAP", 50)
+    with TestClient(create_app(client)) as http:
+        page = http.get("/")
+        assert page.status_code == 200
+        assert re.search(r"Showing 1–50 of (\d+\+|≈ \d+)\.", page.text), page.text[-2000:]
+        if capped.estimate is not None:
+            assert "≈ " in page.text
+        assert "Next" in page.text  # a full page, more rows: a next page
+        body = http.get("/api/tasks", params={"limit": 5}).json()
+        assert body["exact"] is False and body["total"] <= SMALL
+        whole = http.get("/api/tasks", params={"limit": 5, "exact": "true"}).json()
+        assert whole["exact"] is True and whole["total"] == SMALL and whole["estimate"] is None
+        with pytest.raises(ValueError, match="cap"):
+            client.task_totals(cap=0)

@@ -48,3 +48,16 @@ def test_counts_are_grouped_rows_added_up_by_the_client(rig: Rig) -> None:
     (grouped,) = rig.db.find(r"GROUP BY")
     assert grouped.sql.count("SELECT") >= 2  # the flags of a derived table, then grouped
     assert len([c for c in _executed(rig.db) if "scheduled_tasks" in c.sql]) == 1
+
+
+def test_a_capped_count_limits_the_rows_it_reads(rig: Rig) -> None:
+    client = Client(engine=rig.engine, table=rig.store.table_name)
+    columns = ["key_", "match_", "running", "paused", "failing", "overdue", "n"]
+    rig.db.on(r"GROUP BY", Reply(columns, [(0, 1, 0, 0, 0, 0, 11)]))
+    totals = client.task_totals(cap=10)
+    # More rows than the cap: lower bounds, and no estimate where the dialect has none.
+    assert (totals.exact, totals.matching, totals.estimate) == (False, 11, None)
+    (grouped,) = rig.db.find(r"GROUP BY")
+    assert ("TOP" in grouped.sql or "FETCH FIRST" in grouped.sql
+            or "ROWNUM" in grouped.sql), grouped.sql
+    assert 11 in _param_values(grouped) or "11" in grouped.sql

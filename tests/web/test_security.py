@@ -295,7 +295,8 @@ def test_an_empty_table_says_how_tasks_get_there(migrated: tuple[str, str]) -> N
     assert body.pop("db_now")
     assert body == {"tasks": [], "total": 0, "limit": 100, "offset": 0,
                     "counts": {"all": 0, "running": 0, "paused": 0, "failing": 0,
-                               "overdue": 0, "idle": 0}, "batch_keys": 0}
+                               "overdue": 0, "idle": 0}, "batch_keys": 0,
+                    "exact": True, "estimate": None}
 
 
 def test_an_unexpected_error_is_a_500_without_a_trace(
