@@ -27,6 +27,7 @@ from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
+from .finishing import finishing_for
 from .handlers import handler_params
 from .history import RunRecord, forget, insert_from, log_first, run_values, write_tracebacks
 from .pick import pick_rows
@@ -84,6 +85,8 @@ class Store(StoreBase):
     ) -> None:
         super().__init__(engine, table, history=history)
         self._shape_checked = float("-inf")
+        self.finishing = finishing_for(self.dialect)
+        """How a batch of finishes reaches this database, chosen once (:mod:`.finishing`)."""
 
     def register(self, items: Sequence[Registration]) -> None:
         """Insert each task unless present; apply a changed schedule at once."""
@@ -221,7 +224,7 @@ class Store(StoreBase):
         an error finish saying why (``on_replaced`` receives it); the others land regardless.
         Sleeping nodes are notified when a new due time comes within ``notify_within``.
         """
-        return finish_batch(self, node_id, make_writes, notify_within, on_replaced)
+        return finish_batch(self, self.finishing, node_id, make_writes, notify_within, on_replaced)
 
     def whole_row(self, picked: PickedRow) -> dict[str, Any]:
         """Every column of a row just picked (a pick returns only those running it takes);
@@ -248,7 +251,7 @@ class Store(StoreBase):
         with self.autocommit() as conn:
             if run is None or not self.history:
                 kept = conn.execute(update).rowcount
-            elif self.dialect.update_from_values:  # one statement, as the finish
+            elif self.finishing.run_row_shared:  # one statement, as the finish
                 done = update.returning(self.table.c.id).cte("kept")
                 columns, values = run_values(self, run, "lost", error)
                 logged = insert_from(self, sa.select(*values).select_from(done), columns)
@@ -267,7 +270,7 @@ class Store(StoreBase):
         """Remove the run rows of executions whose finish will not be written after all
         (shutdown gave their leases back): written before the finish where the database
         cannot share one statement, they must not outlive it."""
-        if runs and self.history and not self.dialect.update_from_values:
+        if runs and self.history and not self.finishing.run_row_shared:
             with self.autocommit() as conn:
                 forget(self, conn, runs)
 
