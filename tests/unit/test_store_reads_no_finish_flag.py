@@ -18,11 +18,12 @@ CHOOSER = "finishing.py"
 
 
 def flag_reads(path: Path) -> list[tuple[int, str]]:
-    """``(line, flag)`` of every ``….dialect.<flag>`` in ``path``."""
+    """``(line, flag)`` of every ``dialect.<flag>`` or ``….dialect.<flag>`` in ``path``."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if (isinstance(node, ast.Attribute) and node.attr in FLAGS
-                and isinstance(node.value, ast.Attribute) and node.value.attr == "dialect"):
+        if isinstance(node, ast.Attribute) and node.attr in FLAGS and (
+                (isinstance(node.value, ast.Attribute) and node.value.attr == "dialect")
+                or (isinstance(node.value, ast.Name) and node.value.id == "dialect")):
             found.append((node.lineno, node.attr))
     return found
 
