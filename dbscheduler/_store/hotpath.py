@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from .._engine import faultpoints as _faultpoints
@@ -87,6 +87,10 @@ class Store(StoreBase):
         self._shape_checked = float("-inf")
         self.finishing = finishing_for(self.dialect)
         """How a batch of finishes reaches this database, chosen once (:mod:`.finishing`)."""
+        self._extended = (self._extended_returning if self.dialect.returning_update
+                          else self._extended_read_back)
+        """How the heartbeat learns which leases it extended, chosen once: from the
+        ``UPDATE`` itself where it returns rows, else by a read after it."""
 
     def register(self, items: Sequence[Registration]) -> None:
         """Insert each task unless present; apply a changed schedule at once."""
@@ -188,25 +192,38 @@ class Store(StoreBase):
                         next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now()
                     )
                 )
-                if self.dialect.returning_update:
-                    rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
-                    _faultpoints.reached("heartbeat")
-                    alive.update(r.id for r in rows)
-                    stop.update(r.id for r in rows if r.stop_requested)
-                    continue
-                conn.execute(stmt)
-                _faultpoints.reached("heartbeat")
-                # A plain read after the committed update: who still holds what (a row taken
-                # over in between is simply not ours, as it would be a moment later anyway).
-                for r in conn.execute(
-                    sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
-                    .where(t.c.id.in_(chunk))
-                ):
-                    if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
-                        alive.add(r.id)
-                        if r.stop_requested:
-                            stop.add(r.id)
+                self._extended(conn, stmt, node_id, chunk, tokens, alive, stop)
         return alive, stop
+
+    def _extended_returning(
+        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
+        tokens: Mapping[int, int], alive: set[int], stop: set[int],
+    ) -> None:
+        """Run one chunk's lease extension, its changed rows returned by the statement."""
+        t = self.table
+        rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
+        _faultpoints.reached("heartbeat")
+        alive.update(r.id for r in rows)
+        stop.update(r.id for r in rows if r.stop_requested)
+
+    def _extended_read_back(
+        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
+        tokens: Mapping[int, int], alive: set[int], stop: set[int],
+    ) -> None:
+        """Run one chunk's lease extension, then read back who still holds what."""
+        t = self.table
+        conn.execute(stmt)
+        _faultpoints.reached("heartbeat")
+        # A plain read after the committed update: who still holds what (a row taken
+        # over in between is simply not ours, as it would be a moment later anyway).
+        for r in conn.execute(
+            sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
+            .where(t.c.id.in_(chunk))
+        ):
+            if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
+                alive.add(r.id)
+                if r.stop_requested:
+                    stop.add(r.id)
 
     def finish(
         self,
