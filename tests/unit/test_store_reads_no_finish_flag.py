@@ -1,8 +1,9 @@
-"""The store's hot path reads no finish capability flag of the dialect.
+"""The store's hot path reads no capability flag of the dialect that picks a strategy.
 
 The finish strategy is chosen once, when a store is built (``_store/finishing.py``,
-:func:`finishing_for`); a finish that asked the dialect again would let the choice drift
-apart between modules. Only that chooser may read these flags.
+:func:`finishing_for`), and so is where an insert-if-absent runs (``StoreBase.inserting``,
+built in ``_store/base.py``); a finish or an insert that asked the dialect again would let
+the choice drift apart between modules. Only each choice's own module may read its flags.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from pathlib import Path
 import dbscheduler._store
 
 STORE = Path(dbscheduler._store.__file__).parent
-FLAGS = frozenset({"update_from_values", "joined_finish", "joined_max"})
-CHOOSER = "finishing.py"
+CHOOSERS = {
+    "finishing.py": frozenset({"update_from_values", "joined_finish", "joined_max"}),
+    "base.py": frozenset({"insert_needs_transaction"}),
+}
+FLAGS = frozenset().union(*CHOOSERS.values())
 
 
 def flag_reads(path: Path) -> list[tuple[int, str]]:
@@ -28,15 +32,17 @@ def flag_reads(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def test_only_the_chooser_reads_the_finish_flags() -> None:
+def test_only_the_choosers_read_the_strategy_flags() -> None:
     offenders = {
-        path.name: reads
+        path.name: bad
         for path in sorted(STORE.glob("*.py"))
-        if path.name != CHOOSER and (reads := flag_reads(path))
+        if (bad := [(line, flag) for line, flag in flag_reads(path)
+                    if flag not in CHOOSERS.get(path.name, frozenset())])
     }
     assert offenders == {}
 
 
-def test_the_chooser_reads_them() -> None:
-    # Guards the test above against passing because the flags were renamed.
-    assert {flag for _, flag in flag_reads(STORE / CHOOSER)} == FLAGS
+def test_the_choosers_read_them() -> None:
+    # Guards the test above against passing because the flags were renamed or moved.
+    for name, flags in CHOOSERS.items():
+        assert {flag for _, flag in flag_reads(STORE / name)} == flags, name
