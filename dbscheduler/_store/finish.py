@@ -58,15 +58,20 @@ def finish_batch(
     store: Store,
     finishing: Finishing,
     node_id: str,
-    make_writes: Callable[[datetime], Sequence[FinishWrite]],
+    planned: Sequence[FinishWrite] | Callable[[datetime], Sequence[FinishWrite]],
     notify_within: timedelta,
     on_replaced: Callable[[FinishWrite], None] | None,
+    planned_at: datetime | None = None,
 ) -> tuple[datetime, list[FinishWrite]]:
     """See :meth:`Store.finish`."""
-    now = store.estimated_now()
+    if callable(planned):
+        now = store.estimated_now()
+        planned = planned(now)
+    else:
+        now = store.estimated_now() if planned_at is None else planned_at
     writes = [
         dataclasses.replace(w, error=clean_text(w.error)) if w.error is not None else w
-        for w in make_writes(now)
+        for w in planned
     ]
     if not writes:
         return now, []

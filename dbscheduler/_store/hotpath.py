@@ -228,20 +228,25 @@ class Store(StoreBase):
     def finish(
         self,
         node_id: str,
-        make_writes: Callable[[datetime], Sequence[FinishWrite]],
+        writes: Sequence[FinishWrite] | Callable[[datetime], Sequence[FinishWrite]],
         notify_within: timedelta = timedelta(seconds=1),
         on_replaced: Callable[[FinishWrite], None] | None = None,
+        *,
+        planned_at: datetime | None = None,
     ) -> tuple[datetime, list[FinishWrite]]:
         """Write finished executions, fenced; returns (estimated db now, writes not landed).
 
-        ``make_writes`` receives the node's estimate of the database time (see
-        :meth:`estimated_now`) to plan with; ``last_finished_at`` is written with the
-        database's clock. A write whose token moved on (another node owns the row) changes
-        nothing and is returned. A write the database refuses for its values is replaced by
-        an error finish saying why (``on_replaced`` receives it); the others land regardless.
+        ``writes`` were planned by the caller at ``planned_at``, its reading of
+        :meth:`estimated_now` (the engine's finisher plans first, so the finish never calls
+        back into it); or ``writes`` is a function that receives that estimate and plans
+        them. ``last_finished_at`` is written with the database's clock. A write whose
+        token moved on (another node owns the row) changes nothing and is returned. A write
+        the database refuses for its values is replaced by an error finish saying why
+        (``on_replaced`` receives it); the others land regardless.
         Sleeping nodes are notified when a new due time comes within ``notify_within``.
         """
-        return finish_batch(self, self.finishing, node_id, make_writes, notify_within, on_replaced)
+        return finish_batch(self, self.finishing, node_id, writes, notify_within, on_replaced,
+                            planned_at)
 
     def whole_row(self, picked: PickedRow) -> dict[str, Any]:
         """Every column of a row just picked (a pick returns only those running it takes);
