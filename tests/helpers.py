@@ -7,8 +7,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+import sqlalchemy as sa
 
 from dbscheduler import Client, Scheduler, TaskInfo
+from dbscheduler._store import Store
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:
@@ -88,3 +90,13 @@ def running(scheduler: Scheduler, shutdown_timeout: float = 5) -> Iterator[Sched
         yield scheduler
     finally:
         scheduler.shutdown(timeout=shutdown_timeout)
+
+
+def take_over(store: Store, row_id: int, node: str = "B", previous: str = "A") -> None:
+    """Make ``node`` take row ``row_id`` over from ``previous`` as its pick would (the token
+    moves on, the previous holder is remembered): ``previous``'s fenced writes must miss it."""
+    t = store.table
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(t).where(t.c.id == row_id)
+                     .values(locked_by=node, prev_locked_by=previous,
+                             total_attempt=t.c.total_attempt + 1))

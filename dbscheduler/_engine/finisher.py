@@ -125,12 +125,15 @@ class Finisher:
         while True:
             written: dict[tuple[int, int], FinishWrite] = {}
             try:
+                # Planned here, with the store's estimate of the database clock, before the
+                # store is asked to write: the finish never calls back into the finisher.
+                now = self._store.estimated_now()
+                writes = [self._write_for(e, now, written) for e in batch]
                 _, stale = self._store.finish(
-                    self._node_id,
-                    lambda now: [self._write_for(e, now, written) for e in batch],  # noqa: B023
-                    self._poll_interval,
+                    self._node_id, writes, self._poll_interval,
                     # A write the database refused was recorded as an error instead.
                     on_replaced=lambda w: written.__setitem__((w.id, w.token), w),  # noqa: B023
+                    planned_at=now,
                 )
             except Exception as exc:
                 self._faults.failed(exc)
@@ -276,10 +279,11 @@ class Finisher:
         if failure is None and next_at <= now:
             self._store.record_lost(self._node_id, id_, token, attempt + 1, error, run)
             return next_at, attempt + 1
-        self._store.finish(self._node_id, lambda finished: [FinishWrite(
+        finished = self._store.estimated_now()
+        self._store.finish(self._node_id, [FinishWrite(
             id_, token, status="lost", next_at=next_at, attempt=attempt,
             finished_at=finished, error=error if failure is None else failure,
-            delete=finished_for_good(task, next_at), run=run)])
+            delete=finished_for_good(task, next_at), run=run)], planned_at=finished)
         self._after_write(next_at)  # a due time this node just wrote
         return None
 

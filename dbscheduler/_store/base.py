@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -113,6 +113,10 @@ class StoreBase:
         self.channel = f"dbscheduler_{name}"[:63]
         self.statistics = Statistics(self.dialect, self.table, self.autocommit)
         """Whether the database has planner statistics of the table (:mod:`.statistics`)."""
+        self.inserting: Callable[[], AbstractContextManager[Connection]] = (
+            self.begin if self.dialect.insert_needs_transaction else self.autocommit)
+        """Where insert-if-absent runs, chosen once: a transaction where a duplicate rolls
+        back to a savepoint (the dialect's ``insert_needs_transaction``), else autocommit."""
 
     # -- schema --------------------------------------------------------------------------
     def create_table(self) -> None:

@@ -228,8 +228,7 @@ def push_item(store: StoreBase, push: Push) -> None:
            "schedule": push.schedule, "stop_requested": False}
 
     def insert() -> None:
-        writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
-        with writing as conn:
+        with store.inserting() as conn:
             store.dialect.insert_if_absent(conn, t, row)
 
     store.retrying("push", insert)

@@ -124,9 +124,7 @@ def write_runtime_many(store: StoreBase, rows: Sequence[RuntimeRow]) -> None:
 def _upsert(store: StoreBase, values: list[dict[str, Any]],
             on_existing: Callable[[Callable[[str], Any]], Sequence[tuple[sa.Column[Any], Any]]],
             *, notify: bool = True) -> None:
-    writing = (store.begin() if store.dialect.insert_needs_transaction
-               else store.autocommit())
-    with writing as conn:
+    with store.inserting() as conn:
         store.dialect.upsert_many(conn, store.table, values, on_existing)
         _faultpoints.reached("operation")
         if notify:

@@ -1,15 +1,10 @@
 """Finishing executions: fenced writes that hold no lock, one row never failing the others.
 
-PostgreSQL writes a whole batch in one autocommit statement (``UPDATE … FROM (VALUES …)
-RETURNING``, with the run history's rows and ``pg_notify`` in the same statement), and
-deletes the rows of the batch's finished one-off jobs in one more (``DELETE … USING``); the
-other databases delete those with one fenced multi-row ``DELETE`` per batch, after their
-run rows.
-MySQL/MariaDB and SQLite write it in two: the run rows' ``INSERT … SELECT``, then one fenced
-multi-row ``UPDATE``, each joining the batch's rows (:mod:`.finish_values`). The other
-databases, and a batch of one, send one fenced ``UPDATE`` per execution in autocommit, each
-with its own row count, right after its run row (see :mod:`dbscheduler._store.history` for
-why that order is safe).
+How a batch reaches the database is the store's :mod:`.finishing` strategy, chosen once when
+the store is built (PostgreSQL: one statement per batch; MySQL/MariaDB and SQLite: joined
+chunks; the others: one fenced ``UPDATE`` per execution, right after its run row, see
+:mod:`dbscheduler._store.history` for why that order is safe). This module does what every
+database shares: retries, answers lost with the connection, refused rows, read-backs.
 ``last_finished_at`` is the database's clock in the statement; the next due time is planned
 with the node's estimate of that clock (its monotonic clock plus the offset measured at
 every poll), so no ``SELECT now()`` precedes the write.
@@ -38,8 +33,8 @@ from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards, removed_all
-from .finish_values import delete_joined, delete_values, write_joined, write_values
 from .finish_write import FinishWrite
+from .finishing import Finishing
 from .history import forget, insert_from, log_first, run_values, settle_success
 from .state import clean_text
 
@@ -61,16 +56,22 @@ finisher's slower retries take over (connections cut again and again)."""
 
 def finish_batch(
     store: Store,
+    finishing: Finishing,
     node_id: str,
-    make_writes: Callable[[datetime], Sequence[FinishWrite]],
+    planned: Sequence[FinishWrite] | Callable[[datetime], Sequence[FinishWrite]],
     notify_within: timedelta,
     on_replaced: Callable[[FinishWrite], None] | None,
+    planned_at: datetime | None = None,
 ) -> tuple[datetime, list[FinishWrite]]:
     """See :meth:`Store.finish`."""
-    now = store.estimated_now()
+    if callable(planned):
+        now = store.estimated_now()
+        planned = planned(now)
+    else:
+        now = store.estimated_now() if planned_at is None else planned_at
     writes = [
         dataclasses.replace(w, error=clean_text(w.error)) if w.error is not None else w
-        for w in make_writes(now)
+        for w in planned
     ]
     if not writes:
         return now, []
@@ -88,7 +89,7 @@ def finish_batch(
         confirmed = landed if store.statements_commit else set()
         rest = [w for w in writes if w.id not in landed]
         if rest:
-            _write(store, node_id, rest, notify, confirmed)
+            _write(store, finishing, node_id, rest, notify, confirmed)
         landed.update(confirmed)
 
     try:
@@ -103,32 +104,32 @@ def finish_batch(
                 # connection, what landed (before the rows move on, and before the heartbeat,
                 # kept for them while the finisher retries later, calls a landed one's lease
                 # lost); write the rest.
-                _settle_lost_answer(store, writes, landed, exc)
+                _settle_lost_answer(store, finishing, writes, landed, exc)
     except Exception as exc:
         if not refused(store, exc):
             raise
         log.warning("finish: the database refused a write of the batch (%s); writing the "
                     "%d execution(s) one by one", _reason(exc), len(writes))
-        writes = _one_by_one(store, node_id, writes, notify, on_replaced, landed)
+        writes = _one_by_one(store, finishing, node_id, writes, notify, on_replaced, landed)
     unsure = [w for w in writes if w.id not in landed]
-    stale = _not_landed(store, unsure) if unsure else []
+    stale = _not_landed(store, finishing, unsure) if unsure else []
     # A delivery that removed its items under its lease delivered them, although its finish
     # came too late: its run row says so, not "lost".
     delivered = [w.run for w in stale if w.keyed and w.status == "success" and w.run is not None
                  and removed_all(store, w.run.name, w.token, node_id, w.run.started_at)]
     first = [w.run for w in stale if w.run is not None and w.run not in delivered]
-    if store.history and (delivered or (first and not store.dialect.update_from_values)):
+    if store.history and (delivered or (first and not finishing.run_row_shared)):
         with store.autocommit() as conn:
             for run in delivered:
                 settle_success(store, conn, run)
-            if not store.dialect.update_from_values:
+            if not finishing.run_row_shared:
                 # Their run rows were written before the finish, which did not land.
                 forget(store, conn, first)
     return now, stale
 
 
-def _settle_lost_answer(store: Store, writes: Sequence[FinishWrite], landed: set[int],
-                        error: sa.exc.DBAPIError) -> None:
+def _settle_lost_answer(store: Store, finishing: Finishing, writes: Sequence[FinishWrite],
+                        landed: set[int], error: sa.exc.DBAPIError) -> None:
     """Add to ``landed`` the writes not confirmed yet that landed after all (their
     statement committed, its answer was lost with the connection); re-raise ``error`` when
     the database cannot be read now either (the caller retries later)."""
@@ -136,7 +137,7 @@ def _settle_lost_answer(store: Store, writes: Sequence[FinishWrite], landed: set
     if not unsure:
         return
     try:
-        stale = {(w.id, w.token) for w in _not_landed(store, unsure)}
+        stale = {(w.id, w.token) for w in _not_landed(store, finishing, unsure)}
     except sa.exc.DBAPIError:
         raise error from None
     found = [w.id for w in unsure if (w.id, w.token) not in stale]
@@ -147,6 +148,7 @@ def _settle_lost_answer(store: Store, writes: Sequence[FinishWrite], landed: set
 
 def _one_by_one(
     store: Store,
+    finishing: Finishing,
     node_id: str,
     writes: list[FinishWrite],
     notify: bool,
@@ -161,7 +163,7 @@ def _one_by_one(
             done.append(w)
             continue
         try:
-            _write(store, node_id, [w], notify, landed)
+            _write(store, finishing, node_id, [w], notify, landed)
         except Exception as exc:
             if not refused(store, exc):
                 raise
@@ -169,7 +171,7 @@ def _one_by_one(
             log.error("finish of row %d (token %d) refused by the database: %s; recorded as "
                       "an error", w.id, w.token, reason)
             w = dataclasses.replace(w, status="error", error=reason, payload=UNSET)
-            _write(store, node_id, [w], notify, landed)
+            _write(store, finishing, node_id, [w], notify, landed)
             if on_replaced is not None:
                 on_replaced(w)
         done.append(w)
@@ -195,32 +197,19 @@ def _reason(exc: BaseException) -> str:
     return f"{type(orig or exc).__name__}: {orig or exc}"[:MAX_ERROR_LENGTH]
 
 
-def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bool,
-           landed: set[int]) -> None:
+def _write(store: Store, finishing: Finishing, node_id: str, writes: Sequence[FinishWrite],
+           notify: bool, landed: set[int]) -> None:
     """Write ``writes`` in autocommit; adds to ``landed`` the ids known to have landed, as
     each statement confirms them."""
     deletes = [w for w in writes if w.delete]
     if deletes:
-        _delete_done(store, node_id, deletes, landed)
+        _delete_done(store, finishing, node_id, deletes, landed)
         rest = [w for w in writes if not w.delete]
         if rest:
-            _write(store, node_id, rest, notify, landed)
+            _write(store, finishing, node_id, rest, notify, landed)
         return
     with store.autocommit() as conn:
-        if store.dialect.update_from_values:
-            landed |= write_values(store, conn, node_id, writes, notify)
-            return
-        if store.dialect.joined_finish and len(writes) > 1:
-            alone: list[FinishWrite] = []
-            most = store.dialect.joined_max
-            for start in range(0, len(writes), most):
-                chunk = writes[start : start + most]
-                joined = write_joined(store, conn, node_id, chunk) if len(chunk) > 1 else None
-                if joined is None:
-                    alone += chunk
-                else:
-                    landed |= joined
-            writes = alone
+        writes = finishing.write(store, conn, node_id, writes, notify, landed)
         # One statement per execution, each with its own row count: which writes landed is
         # known at once, never guessed later from a row that may have moved on meanwhile
         # (PyMySQL runs an executemany of UPDATEs as these same round trips anyway).
@@ -234,35 +223,25 @@ def _write(store: Store, node_id: str, writes: Sequence[FinishWrite], notify: bo
                 landed.add(w.id)
 
 
-def _delete_done(store: Store, node_id: str, writes: Sequence[FinishWrite],
-                 landed: set[int]) -> None:
+def _delete_done(store: Store, finishing: Finishing, node_id: str,
+                 writes: Sequence[FinishWrite], landed: set[int]) -> None:
     """Delete the rows of finished one-off jobs, fenced, so a job another node took over
     meanwhile is never deleted under it (its run stays in the history): a batch per
-    statement (:func:`.finish_values.delete_values`, :func:`.finish_values.delete_joined`),
-    a batch key's delivery or a batch of one in a statement of its own. Adds to ``landed``
-    the ids of the writes that landed."""
+    statement as ``finishing`` deletes batches, a batch key's delivery or a batch of one in a
+    statement of its own. Adds to ``landed`` the ids of the writes that landed."""
     t = store.table
     with store.autocommit() as conn:
         alone = [w for w in writes if w.keyed]
         together = [w for w in writes if not w.keyed]
         if len(together) == 1:
             alone, together = [*alone, *together], []
-        if together and store.dialect.update_from_values:
-            landed |= delete_values(store, conn, node_id, together)
-        elif together:
-            most = store.dialect.joined_max
-            for start in range(0, len(together), most):
-                chunk = together[start : start + most]
-                deleted = delete_joined(store, conn, node_id, chunk)
-                if deleted is None:
-                    alone += chunk
-                else:
-                    landed |= deleted
+        if together:
+            alone += finishing.delete(store, conn, node_id, together, landed)
         for w in alone:
             fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
                             t.c.locked_by == node_id)
             guards = queued_guards(store) if w.keyed else ()
-            if (store.dialect.update_from_values and store.history and w.run is not None
+            if (finishing.run_row_shared and store.history and w.run is not None
                     and not w.keyed):
                 gone = sa.delete(t).where(fence).returning(t.c.id).cte("gone")
                 columns, values = run_values(store, w.run, w.status, w.error)
@@ -342,7 +321,8 @@ def _params(write: FinishWrite, node_id: str) -> dict[str, Any]:
     return params
 
 
-def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite]:
+def _not_landed(store: Store, finishing: Finishing,
+                writes: Sequence[FinishWrite]) -> list[FinishWrite]:
     """Which of ``writes`` (those a statement did not confirm: refused by their fence, or
     retried after an answer lost with the connection) did not land, read back by fence.
 
@@ -383,7 +363,7 @@ def _not_landed(store: Store, writes: Sequence[FinishWrite]) -> list[FinishWrite
             return row.locked_by is None
         if row is not None and row.total_attempt == w.token + 1:
             return row.prev_locked_by is None
-        if row is None and not store.dialect.update_from_values:
+        if row is None and not finishing.run_row_shared:
             # Deleted (by an operator) with the execution's run row written first: nobody
             # makes that one lost, so it tells nothing.
             return False

@@ -8,8 +8,8 @@ fenced ``DELETE`` (:func:`delete_values`, :func:`delete_joined`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["delete_joined", "delete_values", "write_joined", "write_values"]
 
+K = TypeVar("K")
+
 
 def write_values(
     store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], notify: bool
@@ -43,24 +45,38 @@ def write_values(
          *(_run_fields(w.run) if history else ()))
         for w in writes
     ]
-    key = (history, notify)
-    reusable = store.dialect.batch_params("w", columns, rows)
-    stmt = store.finish_statements.get(key)
-    if reusable is not None and stmt is not None:
-        params = reusable
-    else:
-        # Built once where the dialect's batch text does not depend on the rows (PostgreSQL's
-        # unnest of arrays): its cache key and compiled form are reused by every batch.
-        v, params = store.dialect.batch_rows("w", columns, rows)
-        stmt = _values_statement(store, v, history, notify)
-        if reusable is not None:
-            store.finish_statements[key] = stmt
+    stmt, params = _batch_statement(
+        store, store.finish_statements, (history, notify), columns, rows,
+        lambda v: _values_statement(store, v, history, notify))
     params["w_node"] = node_id
     if notify:
         params["n_payload"] = due_payload(node_id, min(w.next_at for w in writes))
     ids = {int(r[0]) for r in conn.execute(stmt, params)}
     _faultpoints.reached("finish")
     return ids
+
+
+def _batch_statement(
+    store: Store,
+    cache: dict[K, sa.Executable],
+    key: K,
+    columns: list[sa.ColumnClause[Any]],
+    rows: list[tuple[Any, ...]],
+    build: Callable[[sa.FromClause], sa.Executable],
+) -> tuple[sa.Executable, dict[str, Any]]:
+    """The statement over the batch's ``rows`` (as ``w``) and its parameters: the one in
+    ``cache`` under ``key`` where the dialect's batch text does not depend on the rows
+    (PostgreSQL's unnest of arrays: its cache key and compiled form are reused by every
+    batch), else built by ``build`` (and kept in ``cache`` when it can be reused)."""
+    reusable = store.dialect.batch_params("w", columns, rows)
+    stmt = cache.get(key)
+    if reusable is not None and stmt is not None:
+        return stmt, reusable
+    v, params = store.dialect.batch_rows("w", columns, rows)
+    stmt = build(v)
+    if reusable is not None:
+        cache[key] = stmt
+    return stmt, params
 
 
 def _batch_columns(store: Store, history: bool) -> list[sa.ColumnClause[Any]]:
@@ -154,7 +170,7 @@ def _run_fields(run: RunRecord | None) -> tuple[Any, ...]:
 
 # -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) -------
 def write_joined(
-    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], most: int
 ) -> set[int] | None:
     """The batch in two statements instead of two per execution: the run rows first, one
     ``INSERT … SELECT`` joining the batch's rows to the tasks they still hold (fenced, as
@@ -174,7 +190,6 @@ def write_joined(
     # a few dozen statements, each built and compiled once, instead of one per number of
     # rows, for at most 7 rows of parameters more.
     size = len(writes) if len(writes) <= 8 else -(-len(writes) // 8) * 8
-    most = store.dialect.joined_max
     if size > most:
         raise ValueError(f"at most {most} writes per joined finish, not {len(writes)}")
     insert, update = _joined_statements(store, history, size)
@@ -305,16 +320,9 @@ def delete_values(
     columns = _delete_columns(store, history)
     rows = [(w.id, w.token, w.status, w.error, *(_run_fields(w.run) if history else ()))
             for w in writes]
-    key = ("delete_values", history)
-    reusable = store.dialect.batch_params("w", columns, rows)
-    stmt = store.row_statements.get(key)
-    if reusable is not None and stmt is not None:
-        params = reusable
-    else:
-        v, params = store.dialect.batch_rows("w", columns, rows)
-        stmt = _delete_statement(store, v, history)
-        if reusable is not None:
-            store.row_statements[key] = stmt
+    stmt, params = _batch_statement(
+        store, store.row_statements, ("delete_values", history), columns, rows,
+        lambda v: _delete_statement(store, v, history))
     params["w_node"] = node_id
     ids = {int(r[0]) for r in conn.execute(stmt, params)}
     _faultpoints.reached("finish")
@@ -347,24 +355,24 @@ def _delete_statement(store: Store, v: sa.FromClause, history: bool) -> sa.Execu
 
 
 def delete_joined(
-    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite]
+    store: Store, conn: Connection, node_id: str, writes: Sequence[FinishWrite], most: int,
+    join_run_rows: bool,
 ) -> set[int] | None:
-    """Delete the rows of the finished one-off jobs ``writes`` (at most the dialect's
-    ``joined_max``) with one fenced multi-row ``DELETE``, after their run rows: one
-    ``INSERT … SELECT`` of the batch's rows joined to the tasks they still hold where the
-    dialect joins a batch (:func:`write_joined`), else one fenced insert per run row.
+    """Delete the rows of the finished one-off jobs ``writes`` (at most ``most``) with one
+    fenced multi-row ``DELETE``, after their run rows: one ``INSERT … SELECT`` of the batch's
+    rows joined to the tasks they still hold with ``join_run_rows`` (:func:`write_joined`),
+    else one fenced insert per run row.
 
     Returns the ids whose rows it deleted (those gone from the table afterwards, read back
     when the count says some were not), or ``None`` when the run rows could not be written
     as one statement (one of them is there already: a retried finish), for the caller to
     write the batch one execution at a time.
 
-    >>> delete_joined(store, conn, "node-1", writes)  # doctest: +SKIP
+    >>> delete_joined(store, conn, "node-1", writes, 256, True)  # doctest: +SKIP
     {12, 13}
     """
     history = store.history and any(w.run is not None for w in writes)
     size = len(writes) if len(writes) <= 8 else -(-len(writes) // 8) * 8
-    most = store.dialect.joined_max
     if size > most:
         raise ValueError(f"at most {most} writes per joined delete, not {len(writes)}")
     params: dict[str, Any] = {"j_node": node_id}
@@ -373,7 +381,7 @@ def delete_joined(
     for n in range(len(writes), size):
         # Padding that matches no row: ids are never NULL.
         params[f"j{n}_w_id"] = params[f"j{n}_w_token"] = None
-    if history and store.dialect.joined_finish:
+    if history and join_run_rows:
         insert, _ = _joined_statements(store, True, size)
         assert insert is not None
         padded = dict(params)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from .._engine import faultpoints as _faultpoints
@@ -27,6 +27,7 @@ from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
+from .finishing import finishing_for
 from .handlers import handler_params
 from .history import RunRecord, forget, insert_from, log_first, run_values, write_tracebacks
 from .pick import pick_rows
@@ -84,6 +85,12 @@ class Store(StoreBase):
     ) -> None:
         super().__init__(engine, table, history=history)
         self._shape_checked = float("-inf")
+        self.finishing = finishing_for(self.dialect)
+        """How a batch of finishes reaches this database, chosen once (:mod:`.finishing`)."""
+        self._extended = (self._extended_returning if self.dialect.returning_update
+                          else self._extended_read_back)
+        """How the heartbeat learns which leases it extended, chosen once: from the
+        ``UPDATE`` itself where it returns rows, else by a read after it."""
 
     def register(self, items: Sequence[Registration]) -> None:
         """Insert each task unless present; apply a changed schedule at once."""
@@ -185,43 +192,61 @@ class Store(StoreBase):
                         next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now()
                     )
                 )
-                if self.dialect.returning_update:
-                    rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
-                    _faultpoints.reached("heartbeat")
-                    alive.update(r.id for r in rows)
-                    stop.update(r.id for r in rows if r.stop_requested)
-                    continue
-                conn.execute(stmt)
-                _faultpoints.reached("heartbeat")
-                # A plain read after the committed update: who still holds what (a row taken
-                # over in between is simply not ours, as it would be a moment later anyway).
-                for r in conn.execute(
-                    sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
-                    .where(t.c.id.in_(chunk))
-                ):
-                    if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
-                        alive.add(r.id)
-                        if r.stop_requested:
-                            stop.add(r.id)
+                self._extended(conn, stmt, node_id, chunk, tokens, alive, stop)
         return alive, stop
+
+    def _extended_returning(
+        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
+        tokens: Mapping[int, int], alive: set[int], stop: set[int],
+    ) -> None:
+        """Run one chunk's lease extension, its changed rows returned by the statement."""
+        t = self.table
+        rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
+        _faultpoints.reached("heartbeat")
+        alive.update(r.id for r in rows)
+        stop.update(r.id for r in rows if r.stop_requested)
+
+    def _extended_read_back(
+        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
+        tokens: Mapping[int, int], alive: set[int], stop: set[int],
+    ) -> None:
+        """Run one chunk's lease extension, then read back who still holds what."""
+        t = self.table
+        conn.execute(stmt)
+        _faultpoints.reached("heartbeat")
+        # A plain read after the committed update: who still holds what (a row taken
+        # over in between is simply not ours, as it would be a moment later anyway).
+        for r in conn.execute(
+            sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
+            .where(t.c.id.in_(chunk))
+        ):
+            if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
+                alive.add(r.id)
+                if r.stop_requested:
+                    stop.add(r.id)
 
     def finish(
         self,
         node_id: str,
-        make_writes: Callable[[datetime], Sequence[FinishWrite]],
+        writes: Sequence[FinishWrite] | Callable[[datetime], Sequence[FinishWrite]],
         notify_within: timedelta = timedelta(seconds=1),
         on_replaced: Callable[[FinishWrite], None] | None = None,
+        *,
+        planned_at: datetime | None = None,
     ) -> tuple[datetime, list[FinishWrite]]:
         """Write finished executions, fenced; returns (estimated db now, writes not landed).
 
-        ``make_writes`` receives the node's estimate of the database time (see
-        :meth:`estimated_now`) to plan with; ``last_finished_at`` is written with the
-        database's clock. A write whose token moved on (another node owns the row) changes
-        nothing and is returned. A write the database refuses for its values is replaced by
-        an error finish saying why (``on_replaced`` receives it); the others land regardless.
+        ``writes`` were planned by the caller at ``planned_at``, its reading of
+        :meth:`estimated_now` (the engine's finisher plans first, so the finish never calls
+        back into it); or ``writes`` is a function that receives that estimate and plans
+        them. ``last_finished_at`` is written with the database's clock. A write whose
+        token moved on (another node owns the row) changes nothing and is returned. A write
+        the database refuses for its values is replaced by an error finish saying why
+        (``on_replaced`` receives it); the others land regardless.
         Sleeping nodes are notified when a new due time comes within ``notify_within``.
         """
-        return finish_batch(self, node_id, make_writes, notify_within, on_replaced)
+        return finish_batch(self, self.finishing, node_id, writes, notify_within, on_replaced,
+                            planned_at)
 
     def whole_row(self, picked: PickedRow) -> dict[str, Any]:
         """Every column of a row just picked (a pick returns only those running it takes);
@@ -248,7 +273,7 @@ class Store(StoreBase):
         with self.autocommit() as conn:
             if run is None or not self.history:
                 kept = conn.execute(update).rowcount
-            elif self.dialect.update_from_values:  # one statement, as the finish
+            elif self.finishing.run_row_shared:  # one statement, as the finish
                 done = update.returning(self.table.c.id).cte("kept")
                 columns, values = run_values(self, run, "lost", error)
                 logged = insert_from(self, sa.select(*values).select_from(done), columns)
@@ -267,7 +292,7 @@ class Store(StoreBase):
         """Remove the run rows of executions whose finish will not be written after all
         (shutdown gave their leases back): written before the finish where the database
         cannot share one statement, they must not outlive it."""
-        if runs and self.history and not self.dialect.update_from_values:
+        if runs and self.history and not self.finishing.run_row_shared:
             with self.autocommit() as conn:
                 forget(self, conn, runs)
 

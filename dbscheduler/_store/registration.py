@@ -66,8 +66,7 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                if i.name in present and not _same_limit(limits[i.name], i.alert_after)]
     # Each statement below is idempotent on its own: autocommit where the insert needs no
     # savepoint (MySQL has no server-side bound on an idle transaction).
-    writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
-    with writing as conn:
+    with store.inserting() as conn:
         if missing:
             store.dialect.insert_many_if_absent(conn, t, [
                 {

@@ -112,8 +112,7 @@ def _write(store: StoreBase, row: RuntimeRow) -> bool:
             _faultpoints.reached("operation")
             store.notify(conn)
             return False
-    writing = store.begin() if store.dialect.insert_needs_transaction else store.autocommit()
-    with writing as conn:
+    with store.inserting() as conn:
         store.dialect.insert_if_absent(conn, t, {
             "queue_name": row.name, "handler": row.handler, "payload": None,
             "data": row.data, "options": row.options, "alert_after": row.alert_after,

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from dbscheduler._store import FinishWrite, Registration, RunRecord, Store
 from dbscheduler.dialects import create_engine
+from tests.helpers import take_over
 
 LEASE = timedelta(seconds=30)
 
@@ -54,11 +55,8 @@ def test_a_batch_of_finished_one_offs_is_deleted_fenced_in_few_statements(
     # This node's lease on the last row was lost and another node took the row over: the
     # batch must leave it, and its run, alone.
     stolen = picked[-1]
+    take_over(store, stolen["id"])
     t = store.table
-    with store.engine.begin() as conn:
-        conn.execute(sa.update(t).where(t.c.id == stolen["id"])
-                     .values(locked_by="B", prev_locked_by="A",
-                             total_attempt=t.c.total_attempt + 1))
 
     def writes(now: object) -> list[FinishWrite]:
         return [
