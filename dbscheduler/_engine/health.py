@@ -1,13 +1,8 @@
 """How a node finds its :class:`~dbscheduler.Health`: :func:`check`, for ``scheduler.health()``.
 
-``scheduler.health()`` answers whether this node can do its job now: the database answers,
-the poller polls, and the heartbeat keeps the leases of what runs here alive. It never raises
-and never waits longer than its ``timeout``::
-
-    @app.get("/healthz")
-    def healthz():
-        h = scheduler.health()
-        return JSONResponse(h.to_dict(), status_code=200 if h.ok else 503)
+Three questions, within the call's ``timeout``: does the database answer, did the poller
+poll recently, and does the heartbeat keep the leases of what runs here alive. Errors
+become a reason in the answer, never an exception.
 """
 
 from __future__ import annotations
