@@ -16,7 +16,6 @@ come at most once a minute.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -25,10 +24,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..dialects import Dialect
+from ..logfields import engine_log
 
 __all__ = ["SLOW", "Statistics"]
 
-log = logging.getLogger("dbscheduler.store")
+log = engine_log("dbscheduler.store")
 
 SLOW = 0.025
 """Seconds after which a pick or a poll counts as slow enough to check the table's statistics
