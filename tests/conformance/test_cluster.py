@@ -136,10 +136,11 @@ def test_zombie_writes_nothing_after_losing_its_lease(
     url, table = migrated
     lease = 1.5
     with cluster(url, table, tmp_path) as c:
-        # Work that outlasts the stop by far: a task whose work ended while its process was
-        # stopped ends the moment it resumes, before the heartbeat can tell it anything.
-        c.start("zombie", "--tasks", "1", "--rate", "0.5", "--work", "20", "--lease",
-                str(lease), "--poll", "0.2", "--ignore-stop")
+        # Work that lasts until the node asks it to stop (a task whose work ended while its
+        # process was stopped would end the moment it resumes, before the heartbeat can tell
+        # it anything); then it returns normally, and its finish is what must be refused.
+        c.start("zombie", "--tasks", "1", "--rate", "0.5", "--work", "600", "--lease",
+                str(lease), "--poll", "0.2")
         c.wait_for(lambda ev: any(e["event"] == "start" for e in ev), 15, "zombie starts")
         c.signal("zombie", signal.SIGSTOP)
         c.start("heir", "--tasks", "1", "--rate", "0.5", "--work", "0.1", "--lease",

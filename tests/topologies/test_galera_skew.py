@@ -26,7 +26,7 @@ pytestmark = pytest.mark.topologies
 
 LEASE, RATE, POLL, SKEW = 3.0, 0.4, 0.25, 2.5
 TASKS = 7
-RUN_FOR = 30.0
+RUN_FOR = 15.0
 WARNING = "database clock skew: the database server this node writes through"
 
 
