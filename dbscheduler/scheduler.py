@@ -34,6 +34,7 @@ from ._engine.isolation import warm_up
 from ._engine.nodes import NodeRegistry
 from ._engine.options import node_tags
 from ._engine.poller import Poller
+from ._engine.recovery import Recovery
 from ._engine.runtime import Handlers
 from ._engine.startup import retry_unreachable, run_until_signal
 from ._engine.wakeup import NotifyListener, Wakeup
@@ -241,6 +242,7 @@ class Scheduler:
             tasks=self._handlers, executor=self._executor, heartbeat=self._heartbeat,
             listeners=self._listeners, wakeup=self._wakeup, clock=self.clock,
             finisher=self._finisher,
+            recovery=Recovery(store, node, self._listeners, self._wakeup.hint),
             reregister=lambda: self._register(self._declared()),
         )
         if self.overdue_check is not None:

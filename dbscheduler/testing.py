@@ -44,6 +44,7 @@ from ._engine.finisher import Finisher
 from ._engine.heartbeat import Heartbeat
 from ._engine.options import misfired
 from ._engine.poller import prepare, skipped
+from ._engine.recovery import Recovery
 from ._engine.unreadable import Episodes
 from .context import Status, TaskContext, TaskInfo
 from .errors import LifecycleError, TooManyRuns
@@ -144,6 +145,7 @@ class TestScheduler:
                               lambda ex: None)
         self._finisher = Finisher(store, NODE_ID, heartbeat, listeners, lambda due: None,
                                   scheduler.poll_interval)
+        self._recovery = Recovery(store, NODE_ID, listeners, lambda due: None)
         self._unreadable = Episodes()
         scheduler._ensure_schema()
         scheduler._register(list(scheduler._tasks.values()))
@@ -234,7 +236,7 @@ class TestScheduler:
             if not picked.rows:
                 return self._runs[first:]
             for row in picked.rows:
-                prepared = prepare(tasks, row, NODE_ID, self._finisher, store.table_name,
+                prepared = prepare(tasks, row, NODE_ID, self._recovery, store.table_name,
                                    lease=self._scheduler.lease)
                 if prepared is None:
                     continue

@@ -6,31 +6,23 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from .._store import FinishWrite, RunRecord, Store, clean_text, encode_state
 from ..batches import delivers_batches
-from ..context import UNSET, Status, TaskContext, _Unset
+from ..context import UNSET, _Unset
 from ..listeners import Listeners, Outcome
 from ..logfields import about, engine_log, engine_thread
-from ..schedules.once import NEVER
-from .execution import Ended, Execution, TaskDef, describe_error, truncate
+from .execution import Ended, Execution, truncate
 from .faults import FaultLog
 from .heartbeat import Heartbeat
-from .options import jittered
-from .planning import plan_next
+from .planning import plan_task
 from .runtime import finished_for_good
-from .taskinfo import task_info
 
-__all__ = ["SCHEDULE_FAILURE_RETRY", "Finisher", "run_record"]
+__all__ = ["Finisher", "run_record"]
 
 log = engine_log("dbscheduler.finisher")
-
-SCHEDULE_FAILURE_RETRY = timedelta(minutes=1)
-"""When a schedule cannot say when to run next (a Dynamic function raised), try again then."""
-
 
 class Finisher:
     """A thread that writes finished executions, all that ended together in one batch.
@@ -208,7 +200,7 @@ class Finisher:
                 status = "error"
                 error = truncate(str(exc))
                 log.error("%s; state not stored", error, extra=about(ex.task.name, ex.token))
-        next_at, attempt, failure = _plan(
+        next_at, attempt, failure = plan_task(
             ex.task, ex.ctx, status=status, attempt=ex.ctx.attempt,
             scheduled_at=ex.ctx.scheduled_at, started_at=ex.ctx.started_at, finished_at=now,
             next_at_override=e.next_at,
@@ -237,87 +229,8 @@ class Finisher:
                       next_at, extra=about(ex.task.name, ex.token))
         self._listeners.on_finished(ex.ctx, outcome)
 
-    # -- executions whose node vanished ------------------------------------------------------
-    def recover_lost(self, task: TaskDef, row: Mapping[str, Any]) -> tuple[datetime, int] | None:
-        """A row just picked was held by a node that vanished: report the lost execution and
-        apply the failure settings to it.
-
-        Returns ``(scheduled_at, attempt)`` to run it now, or ``None`` when it was put back to
-        its next time (a retry or occurrence still in the future).
-        """
-        now: datetime = row["last_started_at"]
-        lost_attempt = int(row["attempt"]) - 1
-        # The lost execution's due time was overwritten by its lease; it started within
-        # moments of it, so its start stands in for it.
-        lost_started = row["prev_last_started_at"] or now
-        lost_node = row["prev_locked_by"]
-        error = f"node {lost_node} vanished while running it (lease expired)"
-        log.warning("the execution on node %s was lost; recovering", lost_node,
-                    extra=about(task.name, int(row["total_attempt"]) - 1))
-        info = task_info({
-            # The lost execution's facts for the listeners: the whole row, read again.
-            **self._store.whole_row(row),
-            "next_process_at": row["prev_next_process_at"], "attempt": lost_attempt,
-            "total_attempt": int(row["total_attempt"]) - 1, "locked_by": lost_node,
-            "last_started_at": lost_started, "stop_requested": False,
-        })
-        self._listeners.on_lost_execution(info)
-        lost_ctx = TaskContext(
-            name=task.name, node_id=lost_node, attempt=lost_attempt,
-            reenqueue_attempt=info.reenqueue_attempt, total_attempt=info.total_attempt,
-            scheduled_at=lost_started, started_at=lost_started, created_at=info.created_at,
-            state=info.state,
-        )
-        next_at, attempt, failure = _plan(
-            task, lost_ctx, status="lost", attempt=max(lost_attempt, 1),
-            scheduled_at=lost_started, started_at=lost_started, finished_at=now,
-        )
-        id_, token = int(row["id"]), int(row["total_attempt"])
-        # The lost execution's run row, written by this node with the record of its loss.
-        run = RunRecord(task.name, token - 1, max(lost_attempt, 1), str(lost_node),
-                        lost_started, lost_started)
-        if failure is None and next_at <= now:
-            self._store.record_lost(self._node_id, id_, token, attempt + 1, error, run)
-            return next_at, attempt + 1
-        finished = self._store.estimated_now()
-        self._store.finish(self._node_id, [FinishWrite(
-            id_, token, status="lost", next_at=next_at, attempt=attempt,
-            finished_at=finished, error=error if failure is None else failure,
-            delete=finished_for_good(task, next_at), run=run)], planned_at=finished)
-        self._after_write(next_at)  # a due time this node just wrote
-        return None
-
 
 def run_record(ex: Execution, node_id: str) -> RunRecord:
     """The run history's key and facts of an execution of this node."""
     return RunRecord(ex.task.name, ex.token, ex.ctx.attempt, node_id, ex.ctx.scheduled_at,
                      ex.ctx.started_at)
-
-
-def _plan(
-    task: TaskDef,
-    ctx: TaskContext,
-    *,
-    status: Status,
-    attempt: int,
-    scheduled_at: datetime,
-    started_at: datetime,
-    finished_at: datetime,
-    next_at_override: datetime | None = None,
-) -> tuple[datetime, int, str | None]:
-    """``(next_at, attempt, None)`` from the schedule and failure settings; when the schedule
-    cannot say (a Dynamic function raised), a retry after :data:`SCHEDULE_FAILURE_RETRY` with
-    the error text as the third item."""
-    try:
-        plan = plan_next(
-            task.schedule, task.on_failure, status=status, attempt=attempt,
-            scheduled_at=scheduled_at, started_at=started_at, finished_at=finished_at,
-            ctx=ctx, next_at_override=next_at_override,
-        )
-    except Exception as exc:
-        error = truncate(f"schedule failed: {describe_error(exc)}")
-        log.error("%s; next try in %s", error, SCHEDULE_FAILURE_RETRY, extra=about(task.name))
-        return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
-    if next_at_override is None:  # the task's own choice is taken as it is
-        return jittered(plan.next_at, task.options, NEVER), plan.attempt, None
-    return plan.next_at, plan.attempt, None

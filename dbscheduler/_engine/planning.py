@@ -18,18 +18,24 @@ returns a :class:`Plan` the engine writes to the row (``next_process_at``, ``att
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final, get_args
 
 from dbscheduler.context import Status, TaskContext
 from dbscheduler.failures import FailureSettings
 from dbscheduler.schedules.base import Schedule, _add_clamped, _require_aware
 
-from ..logfields import engine_log
+from ..logfields import about, engine_log
+from ..schedules.once import NEVER
+from .execution import TaskDef, describe_error, truncate
+from .options import jittered
 
-__all__ = ["Plan", "plan_next"]
+__all__ = ["SCHEDULE_FAILURE_RETRY", "Plan", "plan_next", "plan_task"]
 
 logger = engine_log("dbscheduler.planning")
+
+SCHEDULE_FAILURE_RETRY = timedelta(minutes=1)
+"""When a schedule cannot say when to run next (a Dynamic function raised), try again then."""
 
 _STATUSES: Final = frozenset(get_args(Status))
 
@@ -123,3 +129,33 @@ def plan_next(
         status, retry_at, regular,
     )
     return Plan(regular, 0)
+
+
+def plan_task(
+    task: TaskDef,
+    ctx: TaskContext,
+    *,
+    status: Status,
+    attempt: int,
+    scheduled_at: datetime,
+    started_at: datetime,
+    finished_at: datetime,
+    next_at_override: datetime | None = None,
+) -> tuple[datetime, int, str | None]:
+    """:func:`plan_next` for ``task``, as the engine writes it: ``(next_at, attempt, None)``
+    from its schedule and failure settings, jittered as its options say; when the schedule
+    cannot say (a Dynamic function raised), a retry after :data:`SCHEDULE_FAILURE_RETRY` with
+    the error text as the third item."""
+    try:
+        plan = plan_next(
+            task.schedule, task.on_failure, status=status, attempt=attempt,
+            scheduled_at=scheduled_at, started_at=started_at, finished_at=finished_at,
+            ctx=ctx, next_at_override=next_at_override,
+        )
+    except Exception as exc:
+        error = truncate(f"schedule failed: {describe_error(exc)}")
+        logger.error("%s; next try in %s", error, SCHEDULE_FAILURE_RETRY, extra=about(task.name))
+        return finished_at + SCHEDULE_FAILURE_RETRY, ctx.attempt, error
+    if next_at_override is None:  # the task's own choice is taken as it is
+        return jittered(plan.next_at, task.options, NEVER), plan.attempt, None
+    return plan.next_at, plan.attempt, None

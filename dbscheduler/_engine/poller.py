@@ -23,6 +23,7 @@ from .fencing import Fence
 from .finisher import Finisher
 from .heartbeat import Heartbeat, safety_margin
 from .options import check_tag, misfired
+from .recovery import Recovery
 from .runtime import Handlers
 from .trace_links import for_token
 from .unreadable import UNREADABLE_TIME, Episodes, UnreadableRow
@@ -62,9 +63,11 @@ class Poller:
         wakeup: Wakeup,
         clock: Clock,
         finisher: Finisher,
+        recovery: Recovery,
         reregister: Callable[[], None] = lambda: None,
     ) -> None:
         self._finisher = finisher
+        self._recovery = recovery
         self._reregister = reregister
         self._table_missing = False
         self._store = store
@@ -262,7 +265,7 @@ class Poller:
     def _dispatch(self, row: Mapping[str, Any], sent: float) -> Execution | None:
         """The execution to run for a picked row (tracked by the heartbeat already), or
         ``None`` when it ends without running (its finish is on its way)."""
-        prepared = prepare(self._tasks, row, self._node_id, self._finisher,
+        prepared = prepare(self._tasks, row, self._node_id, self._recovery,
                            self._store.table_name, lease=self._lease)
         if prepared is None:
             return None
@@ -286,7 +289,7 @@ class Poller:
 
 
 def prepare(
-    tasks: Handlers, row: Mapping[str, Any], node_id: str, finisher: Finisher, table: str,
+    tasks: Handlers, row: Mapping[str, Any], node_id: str, recovery: Recovery, table: str,
     *, lease: timedelta | None = None,
 ) -> tuple[Execution, UnreadableRow | None] | None:
     """The execution for a picked row, and the column that cannot be read (if one cannot:
@@ -314,7 +317,7 @@ def prepare(
             "-infinity or text that is no time); the finish writes a readable one")
     problem = problem or _control_problem(row)
     if row["prev_locked_by"] is not None and problem is None:
-        decision = finisher.recover_lost(task, row)
+        decision = recovery.recover(task, row)
         if decision is None:
             return None
         scheduled_at, attempt = decision

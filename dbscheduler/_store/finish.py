@@ -1,10 +1,11 @@
 """Finishing executions: fenced writes that hold no lock, one row never failing the others.
 
-How a batch reaches the database is the store's :mod:`.finishing` strategy, chosen once when
-the store is built (PostgreSQL: one statement per batch; MySQL/MariaDB and SQLite: joined
-chunks; the others: one fenced ``UPDATE`` per execution, right after its run row, see
-:mod:`dbscheduler._store.history` for why that order is safe). This module does what every
-database shares: retries, answers lost with the connection, refused rows, read-backs.
+How a batch reaches the database is the strategy the dialect handed out once, when the store
+was built (:mod:`dbscheduler.dialects.finishing`; PostgreSQL: one statement per batch;
+MySQL/MariaDB and SQLite: joined chunks; the others: one fenced ``UPDATE`` per execution, right
+after its run row, see :mod:`dbscheduler._store.history` for why that order is safe). This
+module does what every database shares: retries, answers lost with the connection, refused
+rows, read-backs.
 ``last_finished_at`` is the database's clock in the statement; the next due time is planned
 with the node's estimate of that clock (its monotonic clock plus the offset measured at
 every poll), so no ``SELECT now()`` precedes the write.
@@ -29,13 +30,13 @@ from sqlalchemy.engine import Connection
 from .._engine import faultpoints as _faultpoints
 from ..context import UNSET, _Unset
 from ..dialects import db_now
+from ..dialects.finishing import Finishing
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
 from .batches import queued_due, queued_guards, removed_all
 from .finish_write import FinishWrite
-from .finishing import Finishing
-from .history import forget, insert_from, log_first, run_values, settle_success
+from .history import forget, log_first, run_values, settle_success
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -236,7 +237,8 @@ def _delete_done(store: Store, finishing: Finishing, node_id: str,
         if len(together) == 1:
             alone, together = [*alone, *together], []
         if together:
-            alone += finishing.delete(store, conn, node_id, together, landed)
+            alone += finishing.delete(store, conn, node_id, together, landed,
+                                      lambda conn, w: _log_first(store, conn, node_id, w))
         for w in alone:
             fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
                             t.c.locked_by == node_id)
@@ -245,8 +247,9 @@ def _delete_done(store: Store, finishing: Finishing, node_id: str,
                     and not w.keyed):
                 gone = sa.delete(t).where(fence).returning(t.c.id).cte("gone")
                 columns, values = run_values(store, w.run, w.status, w.error)
-                logged = insert_from(
-                    store, sa.select(*values).select_from(gone), columns).cte("logged")
+                logged = finishing.run_rows(
+                    store.runs_table, sa.select(*values).select_from(gone), columns
+                ).cte("logged")
                 count = len(conn.execute(sa.select(gone.c.id).add_cte(logged)).all())
             else:
                 # A batch key's delivery may keep its row: its run row goes first, fenced,

@@ -1,6 +1,7 @@
-"""The record of one execution's end that the finish writes (:mod:`.finish`, :mod:`.finish_values`).
+"""The record of one execution's end that the finish writes (:mod:`.finish`, and the
+dialect's strategy: :class:`~dbscheduler.dialects.finishing.FinishRow` is its shape there).
 
-Its own module, below both writers, so that neither imports the other to name it.
+Its own module, below the store's writers, so that none imports another to name it.
 """
 
 from __future__ import annotations
@@ -37,4 +38,9 @@ class FinishWrite:
     keyed: bool = False
     """A batch key's delivery: its row is deleted only when nothing is queued for it, and
     otherwise kept, due when the queued items say (:mod:`dbscheduler._store.batches`)."""
+
+    @property
+    def sets_payload(self) -> bool:
+        """The write replaces the stored state with :attr:`payload`."""
+        return not isinstance(self.payload, _Unset)
 

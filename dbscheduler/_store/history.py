@@ -5,7 +5,8 @@ between. How that is made atomic depends on what the database can do in one stat
 
 * **PostgreSQL** writes the run rows in the finish's own statement: the fenced ``UPDATE``
   (or a one-off job's ``DELETE``) is a data-modifying CTE, and an ``INSERT … SELECT`` from it
-  adds a run row for exactly the rows it changed (:func:`insert_from`).
+  adds a run row for exactly the rows it changed (the dialect's finish strategy,
+  :mod:`dbscheduler.dialects.pg_finish`).
 * **The others** have no data-modifying CTE (MySQL, MariaDB, SQLite) or were kept on the
   portable path (SQL Server, Oracle; see ``docs/architecture.md``). The run row is written
   *first*, by an ``INSERT … SELECT … FROM <tasks> WHERE <fence>``: only while this execution
@@ -24,11 +25,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from ..context import RunInfo
 from ..dialects import db_now
+from ..dialects.finishing import RUN_COLUMNS
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 
@@ -40,7 +41,6 @@ __all__ = [
     "RUN_COLUMNS",
     "RunRecord",
     "forget",
-    "insert_from",
     "log_first",
     "prune_beyond",
     "prune_older",
@@ -57,9 +57,6 @@ PRUNE_BATCH = 1000
 """Run rows deleted per statement: each delete is short, whatever the backlog (and 1,000 ids
 fit Oracle's longest ``IN`` list and SQL Server's parameter limit)."""
 
-RUN_COLUMNS = ("task_name", "token", "attempt", "node_id", "scheduled_at", "started_at",
-               "finished_at", "status", "error")
-"""The columns a run row is written with, in this order (its ``id`` is generated)."""
 
 
 @dataclass(frozen=True)
@@ -78,21 +75,6 @@ class RunRecord:
 
 
 # -- writing -------------------------------------------------------------------------------
-def insert_from(
-    store: StoreBase, source: sa.Select[Any], columns: Sequence[str] = RUN_COLUMNS
-) -> sa.Insert:
-    """PostgreSQL: ``INSERT INTO <runs> (columns) <source>``, settling a row of the same
-    execution that is already there (only a ``lost`` row is final)."""
-    runs = store.runs_table
-    stmt = pg_insert(runs).from_select(list(columns), source)
-    return stmt.on_conflict_do_update(
-        index_elements=[runs.c.task_name, runs.c.token, runs.c.started_at],
-        set_={"status": stmt.excluded.status, "error": stmt.excluded.error,
-              "finished_at": stmt.excluded.finished_at},
-        where=runs.c.status != "lost",
-    )
-
-
 def run_values(
     store: StoreBase, run: RunRecord, status: str, error: str | None
 ) -> tuple[list[str], list[sa.ColumnElement[Any]]]:

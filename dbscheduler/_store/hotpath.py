@@ -27,9 +27,8 @@ from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
-from .finishing import finishing_for
 from .handlers import handler_params
-from .history import RunRecord, forget, insert_from, log_first, run_values, write_tracebacks
+from .history import RunRecord, forget, log_first, run_values, write_tracebacks
 from .pick import pick_rows
 from .registration import Registration, register
 from .runtime import next_due_of
@@ -85,8 +84,9 @@ class Store(StoreBase):
     ) -> None:
         super().__init__(engine, table, history=history)
         self._shape_checked = float("-inf")
-        self.finishing = finishing_for(self.dialect)
-        """How a batch of finishes reaches this database, chosen once (:mod:`.finishing`)."""
+        self.finishing = self.dialect.finishing()
+        """How a batch of finishes reaches this database, handed out by the dialect once
+        (:mod:`dbscheduler.dialects.finishing`)."""
         self._extended = (self._extended_returning if self.dialect.returning_update
                           else self._extended_read_back)
         """How the heartbeat learns which leases it extended, chosen once: from the
@@ -276,7 +276,8 @@ class Store(StoreBase):
             elif self.finishing.run_row_shared:  # one statement, as the finish
                 done = update.returning(self.table.c.id).cte("kept")
                 columns, values = run_values(self, run, "lost", error)
-                logged = insert_from(self, sa.select(*values).select_from(done), columns)
+                logged = self.finishing.run_rows(
+                    self.runs_table, sa.select(*values).select_from(done), columns)
                 kept = len(conn.execute(sa.select(done.c.id).add_cte(logged.cte("logged"))).all())
             else:
                 log_first(self, conn, (id_, token, node_id), run, "lost", error)

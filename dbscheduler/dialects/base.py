@@ -47,6 +47,7 @@ from .common import (
     row_dicts,
     seconds_param,
 )
+from .finishing import Finishing, RowByRow
 from .statement_cache import StatementCache
 
 __all__ = ["ConnectKind", "ConnectProblem", "Dialect", "FenceBounds", "ListenUnavailable",
@@ -80,16 +81,6 @@ class Dialect(StatementCache):
     (short, back-to-back) transaction; otherwise each of its statements autocommits."""
     transaction_isolation: ClassVar[str] = "READ COMMITTED"
     """Isolation of the store's transactions on an engine that autocommits by default."""
-    update_from_values: ClassVar[bool] = False
-    """A batch of finishes can be one ``UPDATE … FROM <rows> RETURNING`` statement (the rows
-    from :meth:`batch_rows`)."""
-    joined_finish: ClassVar[bool] = False
-    """A batch of finishes can be two statements, its run rows' ``INSERT … SELECT`` and a
-    multi-row ``UPDATE``, each joining the batch's rows as a derived table (MySQL's
-    multi-table ``UPDATE``, SQLite's ``UPDATE … FROM``), of at most ``joined_max`` rows
-    each (a larger batch is written in parts); otherwise two statements per execution."""
-    joined_max: ClassVar[int] = 256
-    """Rows per joined finish statement (see :attr:`joined_finish`)."""
     autocommit_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options under which every statement commits on its own."""
 
@@ -471,27 +462,11 @@ class Dialect(StatementCache):
         ))
         return row_dicts(conn.execute(stmt, {"c_claim": claim, "c_node": node_id}))
 
-    def batch_rows(
-        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
-    ) -> tuple[sa.FromClause, dict[str, Any]]:
-        """``rows`` as a derived table ``name(columns…)`` to update from, with the parameters
-        to execute it with: ``(VALUES (…), …)`` by default."""
-        return sa.values(*columns, name=name).data([tuple(r) for r in rows]), {}
-
-    def batch_params(
-        self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
-    ) -> dict[str, Any] | None:
-        """The parameters of :meth:`batch_rows`'s derived table for ``rows`` when its text
-        is the same for any rows (a statement built once is run with them); ``None`` when
-        the rows are part of the text (``VALUES``)."""
-        return None
-
-    def batch_keys(
-        self, name: str, key: sa.ColumnClause[Any], target: ColumnElement[Any]
-    ) -> ColumnElement[bool] | None:
-        """``target`` is one of the batch's ``key`` values, for a planner that would scan the
-        table otherwise (``None``: the join alone is planned well)."""
-        return None
+    def finishing(self) -> Finishing:
+        """How a batch of finishes reaches this database (:mod:`.finishing`), asked once
+        per store: by default one fenced ``UPDATE`` per execution, right after its run row.
+        Databases that can finish many rows in one statement hand out their own way."""
+        return RowByRow()
 
     # -- fenced transactions -------------------------------------------------------------
     # ``ctx.fenced`` (dbscheduler._engine.fencing) drives these in this order, inside the user's

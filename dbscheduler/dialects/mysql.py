@@ -57,6 +57,7 @@ from .common import (
     pick_binds,
     pick_params,
 )
+from .finishing import Finishing, JoinedChunks
 from .sessions import idle_transaction_timeout
 from .types import Flag, UTCDateTime
 
@@ -122,8 +123,12 @@ def _inlined(expr: Any, conn: Connection) -> Any:
 class MySQLDialect(Dialect):
     name = "mysql"
     insert_needs_transaction = False
-    joined_finish = True
     transaction_isolation = "READ COMMITTED"
+
+    def finishing(self) -> Finishing:
+        # A batch in two statements, its run rows' INSERT … SELECT and a multi-table UPDATE,
+        # each joining the batch's rows: no data-modifying CTE to make it one.
+        return JoinedChunks(256)
 
     def bound_sessions(self, engine: Engine, lease: timedelta, url: URL) -> None:
         """Every session READ COMMITTED (the pick then takes no gap locks, which made

@@ -38,7 +38,9 @@ from .base import (
     row_dicts,
 )
 from .common import pick_binds, pick_limit, pick_params, picked_columns
+from .finishing import Finishing
 from .pg_arrays import array_literal
+from .pg_finish import OneStatement
 from .pg_infinity import register_infinity_loader
 from .pg_sessions import ServerWatch, session_settings, watch_of
 from .sessions import postgresql_options_names
@@ -150,7 +152,9 @@ class PostgreSQLDialect(Dialect):
 
     supports_notify = True
     returning_update = True
-    update_from_values = True
+
+    def finishing(self) -> Finishing:
+        return OneStatement(self)
 
     def insert_if_absent(
         self, conn: Connection, table: sa.Table, values: Mapping[str, Any]
@@ -427,6 +431,8 @@ class PostgreSQLDialect(Dialect):
     def batch_rows(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
     ) -> tuple[sa.FromClause, dict[str, Any]]:
+        """``rows`` as a derived table ``name(columns…)`` (a CTE) to update or insert from,
+        with the parameters to execute it with (:meth:`batch_params`)."""
         # unnest() of one array parameter per column: the statement's text is the same for
         # every batch size, so it is compiled once and prepared by the server, where VALUES
         # would be a new statement (compiled on the node's CPU) for each number of rows.
@@ -447,6 +453,8 @@ class PostgreSQLDialect(Dialect):
     def batch_params(
         self, name: str, columns: Sequence[sa.ColumnClause[Any]], rows: Sequence[Sequence[Any]]
     ) -> dict[str, Any]:
+        """The parameters of :meth:`batch_rows`'s derived table for ``rows``: its text is the
+        same for any rows, so a statement built once is run with them."""
         # Each column as one array literal: see pg_arrays for why not Python lists.
         return {f"{name}_{c.name}": array_literal(c.type, [r[i] for r in rows])
                 for i, c in enumerate(columns)}
@@ -454,6 +462,7 @@ class PostgreSQLDialect(Dialect):
     def batch_keys(
         self, name: str, key: sa.ColumnClause[Any], target: ColumnElement[Any]
     ) -> ColumnElement[bool] | None:
+        """``target`` is one of the batch's ``key`` values (``target = ANY(<key array>)``)."""
         # The same array parameter again, as "id = ANY(…)": without it a table never analysed
         # (autovacuum off, or not yet run) is planned as a scan of the whole table for every
         # row of the batch, 90 ms a finish with 2,000 rows instead of 2 ms.

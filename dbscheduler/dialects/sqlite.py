@@ -30,6 +30,7 @@ from sqlalchemy.types import TypeEngine
 
 from ..logfields import engine_log
 from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, fence_conditions
+from .finishing import Finishing, JoinedChunks
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -79,12 +80,6 @@ def _enable_wal(cursor: sqlite3.Cursor) -> None:
 class SQLiteDialect(Dialect):
     name = "sqlite"
     insert_needs_transaction = False
-    # The joined batch finish: every autocommit statement is a commit, which costs SQLite more
-    # than the statement (one node: 3,900 → 6,500 executions/s).
-    joined_finish = True
-    # SQLite has one writer: a pick waits for the whole statement in progress. With 256 rows
-    # per statement the benchmark's bursts were 20-30 % slower than with 32.
-    joined_max = 32
     returning_update = True
     embedded = True
     # Reads take a deferred transaction: they must not queue behind other nodes' write lock.
@@ -92,6 +87,13 @@ class SQLiteDialect(Dialect):
     # The connections are in the driver's autocommit mode (isolation_level None); skipping
     # the BEGIN leaves every statement its own transaction.
     autocommit_options: ClassVar[dict[str, Any]] = {"dbscheduler_autocommit": True}
+
+    def finishing(self) -> Finishing:
+        # The joined batch finish: every autocommit statement is a commit, which costs SQLite
+        # more than the statement (one node: 3,900 → 6,500 executions/s). SQLite has one
+        # writer, and a pick waits for the whole statement in progress: with 256 rows per
+        # statement the benchmark's bursts were 20-30 % slower than with 32.
+        return JoinedChunks(32)
 
     def configure_engine(self, engine: Engine) -> None:
         # pysqlite's own transaction handling begins lazily and never IMMEDIATE; take it over

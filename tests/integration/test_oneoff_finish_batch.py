@@ -85,6 +85,6 @@ def test_a_batch_of_finished_one_offs_is_deleted_fenced_in_few_statements(
         assert runs == []
     # One statement per batch (in parts of the dialect's joined size where it joins rows),
     # not one per job.
-    per_statement = (size if store.dialect.update_from_values
-                     else store.dialect.joined_max)
+    per_statement = (size if store.finishing.run_row_shared
+                     else store.finishing.deletes_most)
     assert sent[0] == -(-size // per_statement)

@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 
 from dbscheduler._store import Registration, Store
-from dbscheduler._store.finish_values import _joined_statements
 from dbscheduler._store.handlers import handler_params
 from dbscheduler._store.pick import _conditions
 from dbscheduler.dialects import create_engine
+from dbscheduler.dialects.finishing import joined_statements
 
 LEASE = timedelta(seconds=30)
 DUE = 2_000
@@ -82,7 +82,7 @@ def test_sqlite_looks_up_a_joined_finishs_rows_by_key(store: Store, backend: str
     if backend != "sqlite":
         pytest.skip("SQLite's plan of the joined finish")
     t = store.table
-    for statement in _joined_statements(store, True, 16):
+    for statement in joined_statements(store, True, 16):
         assert statement is not None
         compiled = statement.compile(dialect=store.engine.dialect)
         with store.engine.connect() as conn:

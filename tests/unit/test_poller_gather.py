@@ -37,7 +37,7 @@ def _poller(max_workers: int) -> Poller:
                   poll_interval=timedelta(seconds=5), tasks=unused,
                   executor=SimpleNamespace(max_workers=max_workers),  # type: ignore[arg-type]
                   heartbeat=unused, listeners=unused, wakeup=unused, clock=unused,
-                  finisher=unused)
+                  finisher=unused, recovery=unused)
 
 
 def test_half_the_workers_free_or_more_pick_at_once(clock: Clock) -> None:
@@ -91,7 +91,8 @@ def _with(free: int, backlog: int, max_workers: int = 32) -> Poller:
                   poll_interval=timedelta(seconds=5), tasks=unused,
                   executor=SimpleNamespace(max_workers=max_workers, free=free),  # type: ignore[arg-type]
                   heartbeat=unused, listeners=unused, wakeup=unused, clock=unused,
-                  finisher=SimpleNamespace(backlog=backlog))  # type: ignore[arg-type]
+                  finisher=SimpleNamespace(backlog=backlog),  # type: ignore[arg-type]
+                  recovery=unused)
 
 
 def test_a_node_picks_no_faster_than_it_writes_its_finishes() -> None:
