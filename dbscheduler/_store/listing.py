@@ -241,14 +241,22 @@ def count_listing(store: StoreBase, listing: Listing, cap: int | None = None
     return ListingCounts(now, matching, counts, hidden, exact, estimate)
 
 
-def count_matching(store: StoreBase, listing: Listing) -> int:
+def count_matching(store: StoreBase, listing: Listing, cap: int | None = None) -> int:
     """How many rows the listing gives, by one ``COUNT(*)`` (no flag computed for rows the
-    filters do not ask about: without filters, the cheapest count the database has)."""
+    filters do not ask about: without filters, the cheapest count the database has); with
+    ``cap``, of ``cap + 1`` rows at most (more than ``cap`` says there are more)."""
     source, is_key = _with_pending(store, listing)
     where = _where(store, replace(listing, batch_keys=True))
     if is_key is not None:
         where.append(sa.not_(is_key))
-    stmt = sa.select(sa.func.count()).select_from(source).where(*where)
+    if cap is None:
+        stmt = sa.select(sa.func.count()).select_from(source).where(*where)
+    else:
+        # No ORDER BY: which rows are read does not matter, only that at most cap + 1 are.
+        bounded: sa.Select[Any] = sa.select(
+            sa.literal_column("1").label("one")).select_from(source)
+        stmt = sa.select(sa.func.count()).select_from(
+            bounded.where(*where).limit(cap + 1).subquery("bounded"))
     with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
 

@@ -230,7 +230,11 @@ class Health(BaseModel):
 
     ok: bool
     db_now: datetime | None
-    tasks: int | None
+    tasks: int | None = Field(
+        description="the tasks in the table, counted up to 10,000 (see tasks_exact)")
+    tasks_exact: bool | None = Field(
+        default=None, description="false when there are more than 10,000 tasks: then "
+        "tasks is 10,001, a lower bound (the count costs the same whatever the table's size)")
     reason: str | None
 
 

@@ -300,5 +300,13 @@ def test_counts_past_a_cap_are_lower_bounds_with_the_tables_estimate(
         assert body["exact"] is False and body["total"] <= SMALL
         whole = http.get("/api/tasks", params={"limit": 5, "exact": "true"}).json()
         assert whole["exact"] is True and whole["total"] == SMALL and whole["estimate"] is None
+        health = http.get("/api/health").json()
+        assert (health["tasks"], health["tasks_exact"]) == (51, False)
         with pytest.raises(ValueError, match="cap"):
             client.task_totals(cap=0)
+    every = client.count_tasks()
+    assert client.count_tasks(cap=every) == every  # exactly at the cap: all of them
+    assert client.count_tasks(cap=50) == 51
+    assert client.count_tasks(state="paused", cap=5) == 6
+    with pytest.raises(ValueError, match="cap"):
+        client.count_tasks(cap=True)

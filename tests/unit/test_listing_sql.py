@@ -61,3 +61,13 @@ def test_a_capped_count_limits_the_rows_it_reads(rig: Rig) -> None:
     assert ("TOP" in grouped.sql or "FETCH FIRST" in grouped.sql
             or "ROWNUM" in grouped.sql), grouped.sql
     assert 11 in _param_values(grouped) or "11" in grouped.sql
+
+
+def test_a_capped_count_of_rows_limits_the_rows_it_reads(rig: Rig) -> None:
+    client = Client(engine=rig.engine, table=rig.store.table_name)
+    rig.db.on(r"\) (AS )?bounded", Reply(["count_1"], [(11,)]))
+    assert client.count_tasks(cap=10) == 11
+    (bounded,) = rig.db.find(r"\) (AS )?bounded")
+    assert ("TOP" in bounded.sql or "FETCH FIRST" in bounded.sql
+            or "ROWNUM" in bounded.sql), bounded.sql
+    assert 11 in _param_values(bounded) or "11" in bounded.sql
