@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -361,18 +361,10 @@ def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_t
     have removed its items, and its run row stayed ``lost``)."""
     url, table = migrated
     engine = sa.create_engine(url)
+    kills = ExitStack()
     if lost_answer:
-        killer = Killer(url, ("delivered",))
+        killer = kills.enter_context(killing(url, ("delivered",), monkeypatch))
         killer.seen["delivered"] = EVERY - 1  # the next one is killed
-        killed = killer.kills
-        real = _faultpoints.reached
-
-        def reached(point: str) -> None:
-            real(point)
-            killer.reached(point)
-
-        sa.event.listen(engine, "after_cursor_execute", killer.executed)
-        monkeypatch.setattr(_faultpoints, "reached", reached)
     try:
         store = Store(engine, table)
         push(store, "k", 1, handler="digest")
@@ -386,8 +378,8 @@ def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_t
         ids = [i for i, _ in read_items(store, name, started)]
         assert remove_delivered(store, name, token, "node-a", started, ids) == 1
         if lost_answer:
-            assert killed == {"delivered": 1}
-            monkeypatch.setattr(_faultpoints, "reached", real)
+            assert killer.kills == {"delivered": 1}
+        kills.close()
         # The items are delivered and removed; then node-a stalls past its lease, and node-b
         # takes the key over and records the execution lost before node-a's finish comes.
         with store.autocommit() as conn:
@@ -404,4 +396,5 @@ def test_a_delivery_that_removed_its_items_is_a_success_though_its_finish_came_t
         assert _runs(url, table)[(name, token, to_utc(started))] == [("success", "node-a")], (
             "the delivery delivered its items: its run row says success, not lost")
     finally:
+        kills.close()
         engine.dispose()
