@@ -12,7 +12,7 @@ the update path), then ``--rows`` runtime tasks with ``schedule_many`` and ``--r
 10,000 rows (the process's own CPU, so a loaded machine's share shows), and the write
 statements sent.
 
-The goal (issue "A million rows", point 5): >= 20,000 rows/s from one process on PostgreSQL.
+The goal: >= 20,000 rows/s from one process on PostgreSQL.
 
 Measured with ``--rows 100000 --single 0`` on the private servers of tests/servers, a 2-core
 machine shared with other work (load average 8.5-10): PostgreSQL 13,600 rows/s for new one-off
