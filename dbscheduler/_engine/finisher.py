@@ -1,5 +1,6 @@
-"""Writing finished executions — all that ended together in one statement batch — and
-recording executions whose node vanished. Both plan the next time the same way."""
+"""Writing finished executions: all that ended together in one statement batch, each with
+its next time planned (:func:`~dbscheduler._engine.planning.plan_task`, as the recovery of a
+lost execution plans its own)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .runtime import finished_for_good
 __all__ = ["Finisher", "run_record"]
 
 log = engine_log("dbscheduler.finisher")
+
 
 class Finisher:
     """A thread that writes finished executions, all that ended together in one batch.

@@ -23,6 +23,7 @@ from .taskinfo import task_info
 
 __all__ = ["Recovery"]
 
+# The finisher's logger, as before this was a room of its own: filters on it keep working.
 log = engine_log("dbscheduler.finisher")
 
 

@@ -58,7 +58,6 @@ PRUNE_BATCH = 1000
 fit Oracle's longest ``IN`` list and SQL Server's parameter limit)."""
 
 
-
 @dataclass(frozen=True)
 class RunRecord:
     """The execution a run row describes; its status and error come with the finish."""
