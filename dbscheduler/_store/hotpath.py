@@ -1,4 +1,5 @@
-"""The engine's fenced hot path: poll, pick, heartbeat, finish, release, lost executions.
+"""The engine's fenced hot path: poll, pick, heartbeat, finish, release, lost executions;
+the Store that composes the rooms each of them lives in.
 
 Every write made on behalf of a running execution is *fenced*: it carries ``id``, the fencing
 token (``total_attempt`` after the pick) and ``locked_by``, so a node that lost its lease can
@@ -16,11 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.engine import Engine
 
 from .._engine import faultpoints as _faultpoints
-from ..dialects import PickedRow, db_now, db_now_plus
+from ..dialects import PickedRow, db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import COLUMNS
@@ -29,6 +29,7 @@ from .controls import settle
 from .finish import FinishWrite, finish_batch
 from .handlers import handler_params
 from .history import RunRecord, forget, log_first, run_values, write_tracebacks
+from .leases import Extended, extend, extended_read_back, extended_returning, fence, release
 from .pick import pick_rows
 from .registration import Registration, register
 from .runtime import next_due_of
@@ -40,9 +41,6 @@ log = engine_log("dbscheduler.store")
 
 SHAPE_CHECK_INTERVAL = 1.0
 """Seconds between two checks of the table's shape (count, max id) by one node."""
-
-_CHUNK = 500
-"""Rows per statement where a statement names rows one by one (heartbeats, stale checks)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +85,8 @@ class Store(StoreBase):
         self.finishing = self.dialect.finishing()
         """How a batch of finishes reaches this database, handed out by the dialect once
         (:mod:`dbscheduler.dialects.finishing`)."""
-        self._extended = (self._extended_returning if self.dialect.returning_update
-                          else self._extended_read_back)
+        self._extended: Extended = (extended_returning if self.dialect.returning_update
+                          else extended_read_back)
         """How the heartbeat learns which leases it extended, chosen once: from the
         ``UPDATE`` itself where it returns rows, else by a read after it."""
 
@@ -157,10 +155,6 @@ class Store(StoreBase):
         return Picked(rows)
 
     # -- fenced writes of running executions ---------------------------------------------
-    def _fence(self, node_id: str, id_: Any, token: Any) -> ColumnElement[bool]:
-        t = self.table
-        return sa.and_(t.c.id == id_, t.c.total_attempt == token, t.c.locked_by == node_id)
-
     def heartbeat(
         self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
     ) -> tuple[set[int], set[int]]:
@@ -171,59 +165,8 @@ class Store(StoreBase):
         """
         if not tokens:
             return set(), set()
-        return self.retrying("heartbeat", lambda: self._heartbeat(node_id, lease, tokens))
-
-    def _heartbeat(
-        self, node_id: str, lease: timedelta, tokens: Mapping[int, int]
-    ) -> tuple[set[int], set[int]]:
-        t = self.table
-        ids = list(tokens)
-        alive: set[int] = set()
-        stop: set[int] = set()
-        with self.autocommit() as conn:
-            # Chunks keep every statement under SQL Server's 2,100 parameters and Oracle's
-            # 1,000-item IN lists, however many executions a node runs.
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                stmt = (
-                    sa.update(t)
-                    .where(sa.or_(*(self._fence(node_id, i, tokens[i]) for i in chunk)))
-                    .values(
-                        next_process_at=db_now_plus(lease.total_seconds()), heartbeat_at=db_now()
-                    )
-                )
-                self._extended(conn, stmt, node_id, chunk, tokens, alive, stop)
-        return alive, stop
-
-    def _extended_returning(
-        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
-        tokens: Mapping[int, int], alive: set[int], stop: set[int],
-    ) -> None:
-        """Run one chunk's lease extension, its changed rows returned by the statement."""
-        t = self.table
-        rows = conn.execute(stmt.returning(t.c.id, t.c.stop_requested)).all()
-        _faultpoints.reached("heartbeat")
-        alive.update(r.id for r in rows)
-        stop.update(r.id for r in rows if r.stop_requested)
-
-    def _extended_read_back(
-        self, conn: Connection, stmt: sa.Update, node_id: str, chunk: Sequence[int],
-        tokens: Mapping[int, int], alive: set[int], stop: set[int],
-    ) -> None:
-        """Run one chunk's lease extension, then read back who still holds what."""
-        t = self.table
-        conn.execute(stmt)
-        _faultpoints.reached("heartbeat")
-        # A plain read after the committed update: who still holds what (a row taken
-        # over in between is simply not ours, as it would be a moment later anyway).
-        for r in conn.execute(
-            sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.stop_requested)
-            .where(t.c.id.in_(chunk))
-        ):
-            if r.locked_by == node_id and r.total_attempt == tokens[r.id]:
-                alive.add(r.id)
-                if r.stop_requested:
-                    stop.add(r.id)
+        return self.retrying(
+            "heartbeat", lambda: extend(self, self._extended, node_id, lease, tokens))
 
     def finish(
         self,
@@ -263,8 +206,8 @@ class Store(StoreBase):
         """Record, on a row just picked, that its previous execution was lost, and keep it;
         with ``run`` (the lost execution), its ``lost`` row in the run history too."""
         error = clean_text(error) or ""
-        fence = self._fence(node_id, id_, token)
-        update = sa.update(self.table).where(fence).values(
+        fenced = fence(self, node_id, id_, token)
+        update = sa.update(self.table).where(fenced).values(
             attempt=attempt,
             last_status="lost",
             last_error=error,
@@ -299,24 +242,4 @@ class Store(StoreBase):
 
     def release(self, node_id: str, tokens: Mapping[int, int]) -> int:
         """Give back leases this node still holds so another node can pick them at once."""
-        if not tokens:
-            return 0
-        t, b = self.table, sa.bindparam
-        with self.autocommit() as conn:
-            count = conn.execute(
-                sa.update(t)
-                .where(t.c.id == b("r_id"), t.c.total_attempt == b("r_token"),
-                       t.c.locked_by == node_id)
-                .values(
-                    locked_by=None,
-                    next_process_at=db_now(),
-                    # The interrupted try was not a failure: give its attempt back.
-                    attempt=sa.case((t.c.attempt > 0, t.c.attempt - 1), else_=0),
-                    stop_requested=False,
-                ),
-                [{"r_id": i, "r_token": tok} for i, tok in tokens.items()],
-            ).rowcount
-            _faultpoints.reached("release")
-            if count != 0:  # -1: the driver does not count an executemany's rows
-                self.notify(conn)
-        return max(count, 0) if conn.dialect.supports_sane_multi_rowcount else len(tokens)
+        return release(self, node_id, tokens)
