@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,3 +101,16 @@ def take_over(store: Store, row_id: int, node: str = "B", previous: str = "A") -
         conn.execute(sa.update(t).where(t.c.id == row_id)
                      .values(locked_by=node, prev_locked_by=previous,
                              total_attempt=t.c.total_attempt + 1))
+
+
+def sqlite_write_lock_free(path: str) -> bool:
+    """Could another process write the SQLite file ``path`` right now?"""
+    conn = sqlite3.connect(path, timeout=0.05, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()

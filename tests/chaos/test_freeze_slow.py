@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import re
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from tests.chaos.freeze_flow import (
 )
 from tests.chaos.freezing import Nodes, node_args, ran_all, task_names, wait_takeover
 from tests.chaos.parallel import SERVER_BACKENDS, Env, Runner, check
+from tests.helpers import sqlite_write_lock_free
 
 pytestmark = pytest.mark.chaos
 
@@ -157,19 +157,6 @@ def test_freeze_at_random_moments_in_slow_statements(
 
 
 # -- SQLite -------------------------------------------------------------------------------------
-def _write_lock_free(path: str) -> bool:
-    """Could another process write the file right now?"""
-    conn = sqlite3.connect(path, timeout=0.05, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        conn.close()
-
-
 def sqlite_between_statements(env: Env) -> Report:
     """An SQLite node frozen between two statements (its write lock free) blocks nobody."""
     report = Report("freeze between statements", env.backend)
@@ -185,7 +172,7 @@ def sqlite_between_statements(env: Env) -> Report:
         nodes.wait_for(ran_all(names), 30, "the node runs its tasks")
         for _ in range(50):
             frozen_at = nodes.sigstop("frozen")
-            if _write_lock_free(path):
+            if sqlite_write_lock_free(path):
                 break
             nodes.sigcont("frozen")  # frozen inside a write: that one holds the file lock
             time.sleep(random.uniform(0.01, 0.2))

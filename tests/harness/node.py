@@ -27,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbscheduler import (
+    Client,
     FixedDelay,
     FixedRate,
     LeaseLost,
@@ -134,6 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--push", default=None, metavar="KEYS:COUNT",
                    help="push COUNT items, each {id, key}, round-robin over KEYS keys "
                         "(k-0 …) from a thread while delivering; logs 'pushed' per item")
+    p.add_argument("--push-only", action="store_true",
+                   help="with --push: push from a Client and run no scheduler (a process "
+                        "frozen inside its push then holds nothing else open)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="shut down gracefully after S s, or as soon as the process that "
                         "started this node is gone (no orphans if a test run dies)")
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> None:
             time.time = lambda: _real_time() + args.skew
 
     events = EventLog(args.log, args.node)
+    if args.push_only:
+        with Client(args.url, table=args.table) as client:
+            push_items(client, events, args)
+        return
     # Isolated children log through the same file (tests.harness.isolated reads these).
     os.environ["HARNESS_LOG"], os.environ["HARNESS_NODE"] = args.log, args.node
     tags = [t for t in args.tags.split(",") if t]
@@ -313,7 +321,8 @@ def add_batch(scheduler: Scheduler, events: EventLog, args: argparse.Namespace) 
             raise RuntimeError("delivery failed on purpose")
 
 
-def push_items(scheduler: Scheduler, events: EventLog, args: argparse.Namespace) -> None:
+def push_items(scheduler: Scheduler | Client, events: EventLog,
+               args: argparse.Namespace) -> None:
     """``--push KEYS:COUNT``: every item is logged once its push returned."""
     keys, count = (int(v) for v in args.push.split(":"))
     for i in range(count):
