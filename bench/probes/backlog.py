@@ -5,7 +5,8 @@ nothing yet, next to many pending jobs that are not due.
 For each number of nodes: a fresh table (on PostgreSQL with autovacuum off, so it is never
 analysed; ``--analyze`` analyses it once filled) gets ``--pending`` one-off jobs of the handler
 ``jobs`` due in a day and ``--jobs`` more due a minute ago; then that many node processes
-(``max_workers`` 32, lease 10 s, no history) start together and run them (a no-op that notes
+(``max_workers`` 32, lease 10 s, no history; with ``--runs N`` history on, beside ``N`` run
+rows a day old) start together and run them (a no-op that notes
 the job's name). Printed: the seconds until the due jobs are gone (or the rows left at
 ``--timeout``), how many executions each node ran — nodes that share a backlog each do a
 share of it — and the exactly-once check: every due job ran once, none twice, no pending one.
@@ -63,18 +64,21 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.probes.history import seed_runs
 from dbscheduler import Scheduler, TaskContext
 from dbscheduler.migrate import upgrade
 
 
-def _node(url: str, table: str, name: str, go: Any, stop: Any, results: Any) -> None:
+def _node(url: str, table: str, name: str, go: Any, stop: Any, results: Any,
+          history: bool) -> None:
     ran: list[str] = []
 
     def job(ctx: TaskContext) -> None:
         ran.append(ctx.name)  # list.append is atomic: the workers share it
 
     scheduler = Scheduler(url, table=table, node_id=name, max_workers=32, lease=10,
-                          poll_interval=1, history=None, overdue_check=None)
+                          poll_interval=1, overdue_check=None,
+                          **({} if history else {"history": None}))
     scheduler.handler("jobs")(job)
     go.wait()
     scheduler.start()
@@ -122,16 +126,19 @@ def _insert(engine: sa.Engine, table: str, prefix: str, jobs: int, offset: str,
 
 
 def run(url: str, jobs: int, pending: int, nodes: int, timeout: float,
-        analyze: bool = False) -> str:
+        analyze: bool = False, runs: int = 0) -> str:
     table = f"bench_backlog_{uuid.uuid4().hex[:8]}"
     engine = sa.create_engine(url)
     upgrade(engine, table)
     ctx = mp.get_context("spawn")
     go, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_node, args=(url, table, f"node-{k}", go, stop, results))
+    procs = [ctx.Process(target=_node, args=(url, table, f"node-{k}", go, stop, results,
+                                                     runs > 0))
              for k in range(nodes)]
     try:
         _fill(engine, table, jobs, pending, analyze)
+        if runs:
+            seed_runs(engine, table, runs, days_ago=1)
         for p in procs:
             p.start()
         time.sleep(3)  # the processes import and build their schedulers
@@ -140,7 +147,8 @@ def run(url: str, jobs: int, pending: int, nodes: int, timeout: float,
         left = jobs
         while time.monotonic() - began < timeout:
             with engine.connect() as conn:
-                left = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+                left = conn.execute(sa.text(
+                    f"SELECT count(*) FROM {table} WHERE handler = 'jobs'")).scalar_one()
             left -= pending
             if left <= 0:
                 break
@@ -151,7 +159,9 @@ def run(url: str, jobs: int, pending: int, nodes: int, timeout: float,
         for p in procs:
             p.join(timeout=30)
         with engine.connect() as conn:
-            total = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+            # The jobs' rows only: with history on, the built-in prune task has one too.
+            total = conn.execute(sa.text(
+                f"SELECT count(*) FROM {table} WHERE handler = 'jobs'")).scalar_one()
         done = (f"drained in {took:.1f} s" if left <= 0
                 else f"{left} of {jobs} left after {took:.0f} s")
         ran = [name for _, names in per_node for name in names]
@@ -161,8 +171,9 @@ def run(url: str, jobs: int, pending: int, nodes: int, timeout: float,
                  and total == pending
                  else f"NOT EXACTLY ONCE: {len(ran)} runs of {len(distinct)} jobs "
                       f"({len(wrong)} not due), {total} rows left (pending {pending})")
+        with_runs = f", history on beside {runs:,} run rows" if runs else ""
         return (f"{engine.dialect.name:<11} {nodes} node(s), {jobs} jobs due at once, "
-                f"{pending} pending: {done}; per node "
+                f"{pending} pending{with_runs}: {done}; per node "
                 f"{' / '.join(str(len(names)) for _, names in per_node)}; {check}")
     finally:
         stop.set()
@@ -183,10 +194,13 @@ def main() -> None:
     p.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
     p.add_argument("--analyze", action="store_true", help="analyse the table once filled")
     p.add_argument("--timeout", type=float, default=90.0)
+    p.add_argument("--runs", type=int, default=0,
+                   help="seed this many run-history rows (a day old) and run with history on")
     args = p.parse_args()
     for url in args.urls:
         for n in args.nodes:
-            print(run(url, args.jobs, args.pending, n, args.timeout, args.analyze), flush=True)
+            print(run(url, args.jobs, args.pending, n, args.timeout, args.analyze, args.runs),
+                  flush=True)
 
 
 if __name__ == "__main__":

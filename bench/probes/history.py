@@ -53,29 +53,51 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-def _seed(engine: sa.Engine, table: str, rows: int) -> None:
+def seed_runs(engine: sa.Engine, table: str, rows: int, *, days_ago: float = 30,
+              tasks: int = 1000, prefix: str = "task-", width: int = 0,
+              rare: int = 0) -> None:
+    """``rows`` run rows of ``tasks`` tasks (``prefix`` + number, zero-padded to ``width``
+    digits when given), one a millisecond from
+    ``days_ago`` days back; with ``rare`` every ``rare``-th is ``cancelled``, the rest
+    ``success``. One statement on PostgreSQL and MariaDB (its sequence engine), batches of
+    10,000 elsewhere."""
     runs = make_runs_table(table)
-    if engine.dialect.name == "postgresql":
+    name = engine.dialect.name
+    if name == "postgresql":
+        number = f"lpad((g % :tasks)::text, {width}, '0')" if width else "(g % :tasks)"
+        source, g, task = "generate_series(1, :n) AS s(g)", "g", f":prefix || {number}"
+        at = "now() - :days * interval '1 day' + g * interval '1 millisecond'"
+    elif name == "mysql" and getattr(engine.dialect, "is_mariadb", False):
+        number = f"LPAD(seq % :tasks, {width}, '0')" if width else "seq % :tasks"
+        source, g, task = f"seq_1_to_{int(rows)}", "seq", f"CONCAT(:prefix, {number})"
+        at = ("UTC_TIMESTAMP(6) - INTERVAL CAST(:days * 86400000000 AS SIGNED) MICROSECOND "
+              "+ INTERVAL seq * 1000 MICROSECOND")
+    else:
+        source = ""
+    if source:
+        status = (f"CASE WHEN {g} % :rare = 0 THEN 'cancelled' ELSE 'success' END"
+                  if rare else "'success'")
         with engine.begin() as conn:
             conn.execute(sa.text(
                 f"INSERT INTO {runs.name} (task_name, token, attempt, node_id, scheduled_at, "
-                "started_at, finished_at, status) SELECT 'task-' || (g % 1000), g, 1, 'seed', "
-                "now() - interval '30 days' + g * interval '1 millisecond', "
-                "now() - interval '30 days' + g * interval '1 millisecond', "
-                "now() - interval '30 days' + g * interval '1 millisecond', 'success' "
-                "FROM generate_series(1, :n) AS g"), {"n": rows})
-            conn.execute(sa.text(f"ANALYZE {runs.name}"))
+                f"started_at, finished_at, status) SELECT {task}, {g}, 1, 'seed', "
+                f"{at}, {at}, {at}, {status} FROM {source}"),
+                {"n": rows, "days": days_ago, "tasks": tasks, "prefix": prefix,
+                 **({"rare": rare} if rare else {})})
+            conn.execute(sa.text(f"ANALYZE {'' if name == 'postgresql' else 'TABLE '}"
+                                 f"{runs.name}"))
         return
     from datetime import datetime, timezone
 
-    base = datetime.now(timezone.utc) - timedelta(days=30)
+    base = datetime.now(timezone.utc) - timedelta(days=days_ago)
     for start in range(0, rows, 10_000):
         with engine.begin() as conn:
             conn.execute(sa.insert(runs), [
-                {"task_name": f"task-{g % 1000}", "token": g, "attempt": 1, "node_id": "seed",
-                 "scheduled_at": base + timedelta(milliseconds=g),
+                {"task_name": f"{prefix}{g % tasks:0{width}d}", "token": g, "attempt": 1,
+                 "node_id": "seed", "scheduled_at": base + timedelta(milliseconds=g),
                  "started_at": base + timedelta(milliseconds=g),
-                 "finished_at": base + timedelta(milliseconds=g), "status": "success"}
+                 "finished_at": base + timedelta(milliseconds=g),
+                 "status": "cancelled" if rare and g % rare == 0 else "success"}
                 for g in range(start, min(rows, start + 10_000))])
 
 
@@ -115,7 +137,7 @@ def bench_prune(url: str, table: str, rows: int) -> None:
     engine = sa.create_engine(url, pool_size=4)
     store = Store(engine, table)
     t0 = time.monotonic()
-    _seed(engine, table, rows)
+    seed_runs(engine, table, rows)
     print(f"seeded {rows:,} run rows of 1,000 tasks, 30 days old, in "
           f"{time.monotonic() - t0:.1f} s")
 
@@ -366,7 +388,7 @@ def bench_node(url: str, table: str, rows: int, tasks: int, window: float) -> No
 
     engine = sa.create_engine(url, pool_size=4)
     t0 = time.monotonic()
-    _seed(engine, table, rows)
+    seed_runs(engine, table, rows)
     print(f"seeded {rows:,} run rows 30 days old in {time.monotonic() - t0:.1f} s")
     engine.dispose()
     starts: list[tuple[float, float]] = []  # (monotonic time of the start, lag in seconds)

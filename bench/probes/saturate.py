@@ -47,12 +47,17 @@ def server_cpu() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def fresh_table(url: str) -> None:
+def fresh_table(url: str, ddl: list[str] = []) -> None:  # noqa: B006 - never changed
+    """Drop and create the table; then run each ``ddl`` statement (``{table}`` is its name):
+    an index lever tried before it becomes a migration."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        for suffix in ("", "_runs", "_groups", "_items", "_version"):
+        for suffix in ("", "_runs", "_groups", "_items", "_version", "_nodes"):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {TABLE}{suffix}"))
     upgrade(engine, TABLE)
+    with engine.begin() as conn:
+        for statement in ddl:
+            conn.execute(sa.text(statement.format(table=TABLE)))
     engine.dispose()
 
 
@@ -87,9 +92,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="ANALYZE the tables after the warm-up (PostgreSQL statistics)")
     p.add_argument("--no-history", action="store_true", help="Scheduler(history=None)")
     p.add_argument("--statements", action="store_true", help="time each kind of statement")
+    p.add_argument("--ddl", action="append", default=[], metavar="SQL",
+                   help="run after creating the table ({table} is its name), e.g. "
+                        "'DROP INDEX {table}_claim_idx'; repeatable")
     args = p.parse_args(argv)
 
-    fresh_table(args.url)
+    fresh_table(args.url, args.ddl)
     done = itertools.count()
 
     def noop() -> None:

@@ -13,6 +13,9 @@ Then the plans: PostgreSQL's ``EXPLAIN (ANALYZE, BUFFERS)`` and MariaDB's ``ANAL
 FORMAT=JSON`` of the page's statement (50 rows, batch keys left out) and of the counting
 aggregate, at the largest size: how many rows each reads.
 
+``--runs 2000000`` puts that many run rows (a day old, one in 10,000 ``cancelled``) beside each
+table: the runs page, its rare-status filter, ``/api/runs`` and a task's page read them.
+
 ``--url`` measures one database of your own instead (a throwaway table is made and dropped);
 ``--sizes 1000,10000`` changes the sizes.
 """
@@ -34,6 +37,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from bench.infra import log
+from bench.probes.history import seed_runs
 from dbscheduler import Client, FixedRate, Scheduler
 from dbscheduler._store.listing import Listing, count_statement, listing_statement
 from dbscheduler.cli import cli
@@ -101,6 +105,11 @@ def surfaces(client: Client, url: str, table: str, http: TestClient, scheduler: 
     yield "/api/tasks?limit=1", get("/api/tasks?limit=1"), GOAL_MS
     yield "/api/tasks?state=paused&limit=50", get("/api/tasks?state=paused&limit=50"), GOAL_MS
     yield "/api/health", get("/api/health"), GOAL_MS
+    yield "runs page", get("/runs"), GOAL_MS
+    yield "runs page ?status=cancelled", get("/runs?status=cancelled"), GOAL_MS
+    yield "/api/runs?status=cancelled&limit=50", get("/api/runs?status=cancelled&limit=50"), \
+        GOAL_MS
+    yield "task page (its runs)", get("/tasks/r-0000007"), GOAL_MS
     yield "Scheduler.health()", scheduler.health, GOAL_MS
     yield "list --json (a page of 100)", _cli(
         "list", "--json", "--url", url, "--table", table), LIST_GOAL_S * 1000
@@ -161,8 +170,8 @@ def _r_rows(value: Any) -> Iterator[str]:
             yield from _r_rows(child)
 
 
-def measure(url: str, sizes: tuple[int, ...], repeat: int) -> list[tuple[str, int, str, float,
-                                                                          float]]:
+def measure(url: str, sizes: tuple[int, ...], repeat: int, runs: int = 0
+            ) -> list[tuple[str, int, str, float, float]]:
     backend = sa.engine.make_url(url).get_backend_name()
     results = []
     for n in sizes:
@@ -175,6 +184,12 @@ def measure(url: str, sizes: tuple[int, ...], repeat: int) -> list[tuple[str, in
             started = time.perf_counter()
             fill(client, n)
             log(f"{backend}: {n} rows written in {time.perf_counter() - started:.1f} s")
+            if runs:
+                started = time.perf_counter()
+                seed_runs(client.engine, table, runs, days_ago=1, tasks=min(n, 1000),
+                          prefix="r-", width=7, rare=10_000)
+                log(f"{backend}: {runs} run rows written in "
+                    f"{time.perf_counter() - started:.1f} s")
             scheduler = Scheduler(url, table=table)
             with TestClient(create_app(client)) as http:
                 for name, action, goal in surfaces(client, url, table, http, scheduler):
@@ -214,11 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--backends", default="postgresql,mysql")
+    parser.add_argument("--runs", type=int, default=0,
+                        help="run-history rows beside each table (one in 10,000 cancelled)")
     args = parser.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(","))
     results = []
     if args.url:
-        results += measure(args.url, sizes, args.repeat)
+        results += measure(args.url, sizes, args.repeat, args.runs)
     else:
         from tests.servers import PrivateMariaDB, PrivatePostgres, throwaway
 
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"starting a private {cls.label} …")
             server = throwaway(cls)
             try:
-                results += measure(server.url, sizes, args.repeat)
+                results += measure(server.url, sizes, args.repeat, args.runs)
             finally:
                 server.remove()
     print(report(results, sizes))

@@ -36,7 +36,7 @@ from ..table import (
 )
 from .statistics import Statistics
 
-__all__ = ["TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
+__all__ = ["IN_CHUNK", "TRANSIENT_RETRIES", "StoreBase", "refuse_reserved", "validate_name"]
 
 log = engine_log("dbscheduler.store")
 
@@ -45,6 +45,10 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 TRANSIENT_RETRIES = 3
 """Attempts of a statement that fails on a deadlock or serialization failure."""
+
+IN_CHUNK = 500
+"""Values per ``IN`` list where a statement names rows one by one: every statement stays
+under SQL Server's 2,100 parameters and Oracle's 1,000-item lists, however many rows."""
 
 
 class StoreBase:

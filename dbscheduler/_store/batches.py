@@ -32,7 +32,7 @@ from .._engine import faultpoints as _faultpoints
 from ..dialects import db_now
 from ..dialects.types import to_utc
 from ..logfields import engine_log
-from .base import StoreBase
+from .base import IN_CHUNK, StoreBase
 
 __all__ = [
     "ARRIVED",
@@ -280,8 +280,6 @@ def read_items(store: StoreBase, name: str, picked_at: datetime) -> list[tuple[i
         return [(int(r.id), r.item) for r in conn.execute(stmt)]
 
 
-_CHUNK = 500
-"""Item ids per statement (SQL Server's 2,100 parameters, Oracle's 1,000-item lists)."""
 
 
 def remove_delivered(
@@ -299,8 +297,8 @@ def remove_delivered(
         t.c.last_started_at == sa.bindparam("d_picked", picked_at,
                                             type_=t.c.last_started_at.type)))
     removed = 0
-    for start in range(0, len(ids), _CHUNK):
-        chunk = list(ids[start : start + _CHUNK])
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = list(ids[start : start + IN_CHUNK])
         delete = sa.delete(items).where(items.c.task_name == name, items.c.id.in_(chunk), held)
         try:
             with store.autocommit() as conn:

@@ -34,6 +34,7 @@ from ..dialects.finishing import Finishing
 from ..dialects.types import to_utc
 from ..logfields import engine_log
 from ..table import MAX_ERROR_LENGTH
+from .base import IN_CHUNK
 from .batches import queued_due, queued_guards, removed_all
 from .finish_write import FinishWrite
 from .history import forget, log_first, run_values, settle_success
@@ -47,8 +48,6 @@ __all__ = ["FinishWrite", "finish_batch"]
 
 log = engine_log("dbscheduler.store")
 
-_CHUNK = 500
-"""Rows per statement where a statement names rows one by one (read-backs)."""
 
 LOST_ANSWER_RETRIES = 3
 """Writes of a batch whose connection died, each after reading back what landed, before the
@@ -344,10 +343,10 @@ def _not_landed(store: Store, finishing: Finishing,
     with store.read() as conn:
         rows = {
             r.id: r
-            for start in range(0, len(ids), _CHUNK)
+            for start in range(0, len(ids), IN_CHUNK)
             for r in conn.execute(
                 sa.select(t.c.id, t.c.total_attempt, t.c.locked_by, t.c.prev_locked_by).where(
-                    t.c.id.in_(ids[start : start + _CHUNK])
+                    t.c.id.in_(ids[start : start + IN_CHUNK])
                 )
             )
         }
@@ -386,8 +385,8 @@ def _run_statuses(store: Store, conn: Connection,
         return {}
     runs = store.runs_table
     found: dict[tuple[str, int, Any], str] = {}
-    for start in range(0, len(records), _CHUNK):
-        chunk = records[start : start + _CHUNK]
+    for start in range(0, len(records), IN_CHUNK):
+        chunk = records[start : start + IN_CHUNK]
         for r in conn.execute(
             sa.select(runs.c.task_name, runs.c.token, runs.c.started_at, runs.c.status)
             .where(runs.c.task_name.in_(sorted({c.name for c in chunk})),

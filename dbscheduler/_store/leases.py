@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -20,16 +20,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from .._engine import faultpoints as _faultpoints
 from ..dialects import db_now, db_now_plus
-
-if TYPE_CHECKING:
-    from .base import StoreBase as Store
+from .base import IN_CHUNK
+from .base import StoreBase as Store
 
 __all__ = ["Extended", "extend", "extended_read_back", "extended_returning", "fence",
            "release"]
 
-_CHUNK = 500
-"""Leases per statement: every statement stays under SQL Server's 2,100 parameters and
-Oracle's 1,000-item IN lists, however many executions a node runs."""
 
 Extended = Callable[
     ["Store", Connection, sa.Update, str, Sequence[int], Mapping[int, int], set[int], set[int]],
@@ -58,8 +54,8 @@ def extend(store: Store, extended: Extended, node_id: str, lease: timedelta,
     alive: set[int] = set()
     stop: set[int] = set()
     with store.autocommit() as conn:
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = ids[start : start + IN_CHUNK]
             stmt = (
                 sa.update(t)
                 .where(sa.or_(*(fence(store, node_id, i, tokens[i]) for i in chunk)))

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from .._engine import faultpoints as _faultpoints
 from ..logfields import engine_log
-from .base import StoreBase
+from .base import IN_CHUNK, StoreBase
 
 __all__ = ["Registration", "register"]
 
@@ -50,16 +51,16 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
     ordered = sorted(items, key=lambda i: i.name)
     # Reads and Python work (first due times) first, outside the transaction: the writes
     # below go to the server back to back, so the transaction never waits on this process.
+    names = [item.name for item in ordered]
     with store.read() as conn:
         now = store.now(conn)
         present: dict[str, str | None] = {}
         stored_options: dict[str, str | None] = {}
         limits: dict[str, float | None] = {}
-        for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule, t.c.options,
-                                        t.c.alert_after)):
-            present[r.queue_name] = r.schedule
-            stored_options[r.queue_name] = r.options
-            limits[r.queue_name] = r.alert_after
+        for name, schedule, options, limit in _stored(store, conn, names):
+            present[name] = schedule
+            stored_options[name] = options
+            limits[name] = limit
     first = {item.name: item.first_run(now) for item in ordered}
     missing = [item for item in ordered if item.name not in present]
     relimit = [i for i in ordered
@@ -93,8 +94,7 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             # Read back what the insert left: a row another node inserted meanwhile may carry
             # another schedule or other options (the last registration wins). Only those
             # are updated below, not every new row again (one round trip per row on MySQL).
-            for name, schedule, options, _ in conn.execute(
-                    sa.select(t.c.queue_name, t.c.schedule, t.c.options, t.c.alert_after)):
+            for name, schedule, options, _ in _stored(store, conn, [i.name for i in missing]):
                 if name not in present:
                     present[name] = schedule
                     stored_options[name] = options
@@ -144,6 +144,18 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
             )
         if items:
             store.notify(conn)
+
+
+def _stored(store: StoreBase, conn: Connection, names: Sequence[str]
+            ) -> list[tuple[str, str | None, str | None, float | None]]:
+    """The stored name, schedule, options and dead-man limit of the rows of ``names``: by
+    the unique index on the name, so registering a few tasks costs the same beside a table
+    of a million one-off jobs as beside an empty one."""
+    t = store.table
+    stmt = (sa.select(t.c.queue_name, t.c.schedule, t.c.options, t.c.alert_after)
+            .where(t.c.queue_name.in_(sa.bindparam("r_names", expanding=True))))
+    return [(r[0], r[1], r[2], r[3]) for start in range(0, len(names), IN_CHUNK)
+            for r in conn.execute(stmt, {"r_names": list(names[start:start + IN_CHUNK])})]
 
 
 def _same_limit(stored: float | None, wanted: float | None) -> bool:

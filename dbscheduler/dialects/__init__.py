@@ -167,7 +167,8 @@ def engine_options(backend: str, lease: timedelta, url: URL | None = None) -> di
             "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
         })}
     if backend in ("mysql", "mariadb"):
-        seconds = ms / 1000
+        # Whole seconds: mysqlclient (``mysql+mysqldb://``) takes only an int; PyMySQL either.
+        seconds = max(1, -(-ms // 1000))
         # Autocommit by default: the engine's writes are single statements, and a connection
         # that never switches modes needs no reset round trips when it goes back to the pool
         # (a reset is also what fails, noisily, on a connection cut meanwhile). Transactions
