@@ -14,6 +14,7 @@ orders by), so every node and every process sees the same ones::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -71,18 +72,18 @@ class TaskOptions:
     def to_json(self) -> str | None:
         """The options that differ from the defaults, as the stored JSON object text
         (``None`` when all are defaults). Durations are seconds."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value == f.default:
-                continue
-            out[f.name] = value.total_seconds() if isinstance(value, timedelta) else value
+        out = self.to_dict()
         return json.dumps(out, ensure_ascii=False) if out else None  # in field order
 
     def to_dict(self) -> dict[str, Any]:
         """The non-default options as JSON-ready values (what ``list``/``show`` print)."""
-        text = self.to_json()
-        return json.loads(text) if text else {}
+        out: dict[str, Any] = {}
+        # The field list once, not per call: a listing of every row asks for each row's.
+        for name, default in _defaults():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = value.total_seconds() if isinstance(value, timedelta) else value
+        return out
 
     @classmethod
     def from_json(cls, text: str | None) -> TaskOptions:
@@ -152,6 +153,13 @@ class TaskOptions:
 
 _DEFAULT = DEFAULT_OPTIONS = TaskOptions()
 _PARSED: dict[str, TaskOptions] = {}
+
+
+@functools.cache
+def _defaults() -> tuple[tuple[str, Any], ...]:
+    """Each option's name and default, in field order."""
+    return tuple((f.name, f.default) for f in fields(TaskOptions))
+
 _READ: dict[str, TaskOptions] = {}
 KNOWN_OPTIONS: frozenset[str] = frozenset(f.name for f in fields(TaskOptions))
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL, Engine
 from .base import ConnectProblem, Dialect, ListenUnavailable, PickedRow, db_now, db_now_plus
 from .common import pick_limit
 from .mssql import MSSQLDialect
-from .mysql import MySQLDialect
+from .mysql import MySQLDialect, driver_connect_args
 from .oracle import OracleDialect
 from .postgresql import PostgreSQLDialect
 from .sessions import (
@@ -173,10 +173,12 @@ def engine_options(backend: str, lease: timedelta, url: URL | None = None) -> di
         # that never switches modes needs no reset round trips when it goes back to the pool
         # (a reset is also what fails, noisily, on a connection cut meanwhile). Transactions
         # (registration, operations) switch to READ COMMITTED for their length.
+        driver = url.get_driver_name() if url is not None else ""
         return {"isolation_level": "AUTOCOMMIT",
                 "connect_args": missing(url, {"connect_timeout": CONNECT_TIMEOUT,
                                               "read_timeout": seconds,
-                                              "write_timeout": seconds})}
+                                              "write_timeout": seconds,
+                                              **driver_connect_args(driver)})}
     return {}
 
 

@@ -437,9 +437,10 @@ class MySQLDialect(Dialect):
     ) -> bool:
         # An anonymous compound statement (MariaDB ≥ 10.1): the server checks and commits, or
         # rolls back and signals, without waiting for the client in between.
-        sql = _check_and_commit(table, conn.dialect, claim is not None)
-        params = {"f_id": id_, "f_token": token, "f_node": node_id, "f_claim": claim,
-                  "f_margin": margin}
+        sql, order = _check_and_commit(table, conn.dialect, claim is not None)
+        named = {"f_id": id_, "f_token": token, "f_node": node_id, "f_claim": claim,
+                 "f_margin": margin}
+        params: Any = named if order is None else tuple(named[n] for n in order)
         for tried in range(1, FENCE_TRIES + 1):
             try:
                 conn.exec_driver_sql(sql, params)
@@ -515,8 +516,10 @@ class MySQLDialect(Dialect):
             # MySQL answers "access denied" alike for an unknown user and a wrong password.
             return ConnectProblem("login", f"unknown user or wrong password: {text}")
         if errno in CANNOT_CONNECT:
+            # PyMySQL passes on the resolver's error, mysqlclient names the host.
             if re.search(r"Name or service not known|nodename nor servname|"
-                         r"getaddrinfo failed|Errno -[23]\b", text):
+                         r"getaddrinfo failed|Errno -[23]\b|Unknown (MySQL )?server host",
+                         text):
                 return ConnectProblem("host", f"the host name does not resolve: {text}")
             return ConnectProblem("host", f"no server answers: {text}")
         if errno in STARTING:
@@ -526,9 +529,12 @@ class MySQLDialect(Dialect):
 
 
 @functools.lru_cache(maxsize=32)
-def _check_and_commit(table: sa.Table, dialect: sa.Dialect, with_claim: bool) -> str:
+def _check_and_commit(table: sa.Table, dialect: sa.Dialect,
+                      with_claim: bool) -> tuple[str, tuple[str, ...] | None]:
     """The text of MariaDB's one-statement final check and COMMIT (parameters ``f_id``,
-    ``f_token``, ``f_node``, ``f_claim``, ``f_margin``), compiled once per table and engine."""
+    ``f_token``, ``f_node``, ``f_claim``, ``f_margin``), compiled once per table and engine,
+    and, for a driver whose placeholders are positional (mysqlclient's ``%s``), the order in
+    which it takes them (PyMySQL's are named: ``None``)."""
     t, b = table, sa.bindparam
     conditions = [t.c.id == b("f_id", type_=t.c.id.type),
                   t.c.total_attempt == b("f_token", type_=t.c.total_attempt.type),
@@ -538,8 +544,37 @@ def _check_and_commit(table: sa.Table, dialect: sa.Dialect, with_claim: bool) ->
         conditions.append(t.c.claim == b("f_claim", type_=t.c.claim.type))
     check = sa.select(t.c.id).where(*conditions).with_for_update(read=True)
     compiled = check.compile(dialect=dialect)
+    order = tuple(compiled.positiontup) if compiled.positiontup else None
     return (f"BEGIN NOT ATOMIC IF EXISTS ({compiled}) THEN COMMIT; ELSE ROLLBACK; "
-            f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{FENCE_REFUSED}'; END IF; END")
+            f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{FENCE_REFUSED}'; END IF; END", order)
+
+
+def driver_connect_args(driver: str) -> dict[str, Any]:
+    """Connect arguments a MySQL driver needs to read rows as the engine expects.
+
+    mysqlclient reads a timestamp it cannot represent (a zero date a hand edit stored) as
+    ``None``, which a ``NOT NULL`` column never holds: the engine could not tell that row from
+    a healthy one and the whole pick failed on it. Given back as its text, as PyMySQL does, it
+    reads as unreadable and fails its own row alone.
+
+    >>> sorted(driver_connect_args("pymysql"))
+    []
+    """
+    if driver != "mysqldb":
+        return {}
+    from MySQLdb.constants import FIELD_TYPE
+    from MySQLdb.converters import conversions
+    from MySQLdb.times import DateTime_or_None
+
+    def datetime_or_text(value: Any) -> Any:
+        parsed = DateTime_or_None(value)
+        if parsed is not None:
+            return parsed
+        return value.decode() if isinstance(value, (bytes, bytearray)) else value
+
+    conv = dict(conversions)
+    conv[FIELD_TYPE.DATETIME] = conv[FIELD_TYPE.TIMESTAMP] = datetime_or_text
+    return {"conv": conv}
 
 
 def _is_mariadb(conn: Connection) -> bool:

@@ -75,3 +75,18 @@ def test_what_the_url_says_wins_over_the_engine_defaults() -> None:
         "postgresql://h/db?options=-c%20jit%3Don%20--statement-timeout%3D5s"
     )) == {"jit", "statement_timeout"}
     assert postgresql_options_names(make_url("postgresql://h/db")) == frozenset()
+
+
+def test_mysql_connect_arguments_suit_both_drivers() -> None:
+    lease = timedelta(seconds=10)
+    my = engine_options("mysql", lease, make_url("mysql+pymysql://h/db"))["connect_args"]
+    # Whole seconds: mysqlclient refuses a float timeout.
+    assert isinstance(my["read_timeout"], int) and isinstance(my["write_timeout"], int)
+    assert "conv" not in my, "PyMySQL keeps its own conversions"
+    pytest.importorskip("MySQLdb", reason="mysqlclient is not installed")
+    c = engine_options("mysql", lease, make_url("mysql+mysqldb://h/db"))["connect_args"]
+    from MySQLdb.constants import FIELD_TYPE
+
+    # A zero date comes back as its text (unreadable), not as None.
+    assert c["conv"][FIELD_TYPE.DATETIME](b"0000-00-00 00:00:00") == "0000-00-00 00:00:00"
+    assert c["conv"][FIELD_TYPE.DATETIME](b"2026-01-02 03:04:05.5").microsecond == 500000
