@@ -14,7 +14,6 @@ orders by), so every node and every process sees the same ones::
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import random
@@ -79,7 +78,7 @@ class TaskOptions:
         """The non-default options as JSON-ready values (what ``list``/``show`` print)."""
         out: dict[str, Any] = {}
         # The field list once, not per call: a listing of every row asks for each row's.
-        for name, default in _defaults():
+        for name, default in _FIELD_DEFAULTS:
             value = getattr(self, name)
             if value != default:
                 out[name] = value.total_seconds() if isinstance(value, timedelta) else value
@@ -154,14 +153,11 @@ class TaskOptions:
 _DEFAULT = DEFAULT_OPTIONS = TaskOptions()
 _PARSED: dict[str, TaskOptions] = {}
 
-
-@functools.cache
-def _defaults() -> tuple[tuple[str, Any], ...]:
-    """Each option's name and default, in field order."""
-    return tuple((f.name, f.default) for f in fields(TaskOptions))
-
 _READ: dict[str, TaskOptions] = {}
 KNOWN_OPTIONS: frozenset[str] = frozenset(f.name for f in fields(TaskOptions))
+_FIELD_DEFAULTS: tuple[tuple[str, Any], ...] = tuple((f.name, f.default)
+                                                     for f in fields(TaskOptions))
+"""Each option's name and default, in field order."""
 
 
 def options_from(given: Mapping[str, Any], where: str) -> TaskOptions:

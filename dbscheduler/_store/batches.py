@@ -280,8 +280,6 @@ def read_items(store: StoreBase, name: str, picked_at: datetime) -> list[tuple[i
         return [(int(r.id), r.item) for r in conn.execute(stmt)]
 
 
-
-
 def remove_delivered(
     store: StoreBase, name: str, token: int, node_id: str, picked_at: datetime,
     ids: Sequence[int],
