@@ -152,20 +152,21 @@ def test_paused_tasks_are_not_picked_until_resumed(make: Callable[..., Scheduler
 
 
 def test_a_task_longer_than_its_lease_keeps_it(make: Callable[..., Scheduler]) -> None:
-    a, b = make(node_id="a", lease=0.9), make(node_id="b", lease=0.9)
+    # 1.5 s: a heartbeat every 0.5 s, with room for a loaded machine to send one late.
+    a, b = make(node_id="a", lease=1.5), make(node_id="b", lease=1.5)
     starts: list[tuple[str, int]] = []
     release = threading.Event()
 
     def long(ctx: TaskContext) -> None:
         starts.append((ctx.node_id, ctx.total_attempt))
-        release.wait(3.5)  # about four leases, twelve heartbeats
+        release.wait(10)  # released by the test once the window is over
 
     for s in (a, b):
         s.add("long", long, schedule=FixedDelay(3600))
         s.start()
     s.trigger("long")
     wait_until(lambda: starts, what="first start")
-    time.sleep(3)  # the window is the point: three leases go by while it runs
+    time.sleep(3.2)  # the window is the point: two leases go by while it runs
     polled(a)
     polled(b)  # and both nodes have looked at the row since
     assert len(starts) == 1, f"someone took over a live lease: {starts}"

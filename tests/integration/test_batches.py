@@ -179,8 +179,8 @@ def test_a_failed_delivery_is_retried_with_the_same_items(
     scheduler, receiver = node
     receiver.fail = lambda d: d.attempt < 3
     at = soon(0.3)
-    scheduler.push("k", "x", handler="digest", ontime=at)
-    scheduler.push("k", "y", handler="digest", ontime=at)
+    scheduler.client.push_many([{"key": "k", "item": i, "handler": "digest", "ontime": at}
+                                for i in ("x", "y")])
     calls = receiver.wait(3)
     wait_until(lambda: no_keys(scheduler), what="the key's row to go")  # delivered: no more
     assert [(c.attempt, c.items) for c in receiver.calls] == [
@@ -220,8 +220,8 @@ def test_items_pushed_during_a_delivery_wait_for_the_next_one(
 ) -> None:
     scheduler, receiver = node
     receiver.gate = threading.Event()
-    scheduler.push("k", "before-1", handler="digest")
-    scheduler.push("k", "before-2", handler="digest")
+    # One write for both: two pushes let a loaded machine's pick come between them.
+    scheduler.client.push_many([("k", "before-1", "digest"), ("k", "before-2", "digest")])
     assert receiver.entered.wait(10)
     (info,) = scheduler.batches()
     assert info.running and info.due_at is None
@@ -328,8 +328,9 @@ def test_a_coroutine_batch_handler_is_awaited(migrated: tuple[str, str]) -> None
         done.set()
 
     with scheduler:
-        scheduler.push("k", {"a": 1}, handler="digest", ontime=soon(0.3))
-        scheduler.push("k", None, handler="digest", ontime=soon(0.3), update="once")
+        scheduler.client.push_many([
+            {"key": "k", "item": {"a": 1}, "handler": "digest", "ontime": soon(0.3)},
+            {"key": "k", "item": None, "handler": "digest", "update": "once"}])
         assert done.wait(10)
         wait_until(lambda: no_keys(scheduler), what="the key's row to go")
     assert got == [[{"a": 1}, None]]
