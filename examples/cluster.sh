@@ -7,7 +7,7 @@
 # each line of their logs prefixed with the node's name; every few seconds `dbscheduler list`
 # shows who runs what. After a while the node running the long task is killed with SIGKILL: its
 # lease (6 s) expires and another node retries the task (attempt 2: the lost execution
-# counts as a failed attempt).
+# counts as a failed attempt); the demo runs on until it has shown that takeover.
 # At the end the surviving nodes get SIGTERM and shut down gracefully.
 #
 # By default the nodes share a SQLite file in the current directory (cluster.sqlite3): three
@@ -85,11 +85,23 @@ node_that_just_started() {
 
 start=$SECONDS
 killed=no
-# Runs for the duration, and on until the kill was shown (a slow machine may need longer for
-# the nodes to start), but never more than four times the duration.
-kill_pending() { [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start < 4 * duration )); }
-while (( SECONDS - start < duration )) || kill_pending; do
+taken_over=no
+# Runs for the duration, and on until the kill and the takeover that follows it were shown (a
+# slow machine may need longer for the nodes to start), but never more than four times the
+# duration.
+shown_pending() {
+    [[ $killed == no || $taken_over == no ]] \
+        && (( kill_after > 0 && SECONDS - start < 4 * duration ))
+}
+while (( SECONDS - start < duration )) || shown_pending; do
     sleep "$list_every"
+    if [[ $killed == yes && $taken_over == no ]]; then
+        read -r _ node <<< "$(rebuild_index_state)"
+        if [[ $node == node-* && $node != "$victim" ]]; then
+            echo "=== $node took rebuild-index over from $victim"
+            taken_over=yes
+        fi
+    fi
     if [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start >= kill_after )); then
         victim=$(node_that_just_started)
         if [[ -n $victim ]]; then

@@ -38,6 +38,7 @@ from .base import IN_CHUNK
 from .batches import queued_due, queued_guards, removed_all
 from .finish_write import FinishWrite
 from .history import forget, log_first, run_values, settle_success
+from .leases import fence
 from .state import clean_text
 
 if TYPE_CHECKING:
@@ -239,12 +240,11 @@ def _delete_done(store: Store, finishing: Finishing, node_id: str,
             alone += finishing.delete(store, conn, node_id, together, landed,
                                       lambda conn, w: _log_first(store, conn, node_id, w))
         for w in alone:
-            fence = sa.and_(t.c.id == w.id, t.c.total_attempt == w.token,
-                            t.c.locked_by == node_id)
+            held = fence(store, node_id, w.id, w.token)
             guards = queued_guards(store) if w.keyed else ()
             if (finishing.run_row_shared and store.history and w.run is not None
                     and not w.keyed):
-                gone = sa.delete(t).where(fence).returning(t.c.id).cte("gone")
+                gone = sa.delete(t).where(held).returning(t.c.id).cte("gone")
                 columns, values = run_values(store, w.run, w.status, w.error)
                 logged = finishing.run_rows(
                     store.runs_table, sa.select(*values).select_from(gone), columns
@@ -254,7 +254,7 @@ def _delete_done(store: Store, finishing: Finishing, node_id: str,
                 # A batch key's delivery may keep its row: its run row goes first, fenced,
                 # whichever way the row then ends.
                 _log_first(store, conn, node_id, w)
-                count = conn.execute(sa.delete(t).where(fence, *guards)).rowcount
+                count = conn.execute(sa.delete(t).where(held, *guards)).rowcount
             if w.keyed and count != 1:
                 # Items were pushed meanwhile: the key stays, due when they say.
                 count = conn.execute(

@@ -13,7 +13,8 @@ freeze themselves at one point of its block (``DBSCHEDULER_FREEZE_AT``):
   checks and commits), right before COMMIT.
 
 Then a fifth node, held at its start gate until all four froze, must start every fenced task
-within lease + 2 s of its freeze, and its own plain tasks must keep running meanwhile (a
+while they are still frozen (within lease + 2 s on a quiet machine; the test allows lease + 10 s
+for a loaded one and reports the times), and its own plain tasks must keep running meanwhile (a
 fenced transaction that made the picks wait would stall them). Once it has written its own
 fenced rows, the frozen nodes are thawed: each must report ``LeaseLost`` for its execution,
 and the business table must hold no row of theirs.
@@ -44,8 +45,10 @@ Record = Callable[[Report], None]
 
 LEASE = 2.0
 """Lease of every node here, seconds."""
-BOUND = LEASE + 2.0
-"""A frozen node's fenced task is started by another node within this many seconds."""
+LIMIT = LEASE + 10.0
+"""A frozen node's fenced task is started by another node within this many seconds, and the
+taker's plain tasks never wait longer (lease + 2 s on a quiet machine, reported as figures;
+the room is for a loaded one, as :data:`tests.chaos.freezing.LIMIT`)."""
 POINTS = ("fenced_begin", "fenced_check", "fenced_exit", "fenced_commit")
 SQLITE_POINTS = ("fenced_begin", "fenced_check")
 PLAIN = ("plain-0", "plain-1")
@@ -99,7 +102,7 @@ def fenced_freeze(env: Env, engine: str) -> Report:
                                 60, "the taker runs its plain tasks")
         ready = _first_start(events, "taker", PLAIN[0], 0) or 0.0
         report.extra["taker_ready_after_freeze_seconds"] = round(ready - max(frozen.values()), 2)
-        deadline = max(*frozen.values(), ready) + BOUND + 1  # wall clock, as the events
+        deadline = max(*frozen.values(), ready) + LIMIT + 1  # wall clock, as the events
         while time.time() < deadline:
             events = nodes.events()
             if set(tasks) <= _started(events, "taker", min(frozen.values())):
@@ -108,10 +111,10 @@ def fenced_freeze(env: Env, engine: str) -> Report:
         for task, at in tasks.items():
             first = _first_start(events, "taker", task, at)
             since = max(at, ready)
-            if first is None or first - since > BOUND:
+            if first is None or first - since > LIMIT:
                 report.problem("takeover", f"{task}: started on the taker "
                                f"{'never' if first is None else f'{first - since:.2f} s'} after "
-                               f"its node froze (or the taker came up; bound {BOUND} s)")
+                               f"its node froze (or the taker came up; limit {LIMIT} s)")
             else:
                 report.extra.setdefault("takeover_seconds", {})[task] = round(first - at, 2)
         try:
@@ -131,7 +134,7 @@ def fenced_freeze(env: Env, engine: str) -> Report:
                                and since <= e["t"] <= thaw), thaw]
             gap = max(b - a for a, b in itertools.pairwise(starts))
             report.extra.setdefault("plain_max_gap_seconds", {})[task] = round(gap, 2)
-            if gap > BOUND:
+            if gap > LIMIT:
                 report.problem("stalled", f"the taker's plain {task} did not start for "
                                f"{gap:.2f} s while the others were frozen")
         report.faults["freeze"] += len(points)

@@ -18,7 +18,7 @@ def test_cluster_script_from_scratch(tmp_path: Path) -> None:
     if not (ROOT / ".venv" / "bin" / "dbscheduler").exists():
         pytest.skip("the checkout has no .venv (the README's set-up creates it)")
     env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": "/usr/bin:/bin",
-           "CLUSTER_SECONDS": "25", "CLUSTER_KILL_AFTER": "2", "CLUSTER_LIST_EVERY": "2"}
+           "CLUSTER_SECONDS": "10", "CLUSTER_KILL_AFTER": "2", "CLUSTER_LIST_EVERY": "1"}
     proc = subprocess.run(["bash", str(ROOT / "examples" / "cluster.sh")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=90, env=env)
     out = proc.stdout + proc.stderr
@@ -28,6 +28,9 @@ def test_cluster_script_from_scratch(tmp_path: Path) -> None:
     assert "upgraded table scheduled_tasks on sqlite:///cluster.sqlite3" in out
     victim = re.search(r"^=== kill -9 (node-\d) while it runs rebuild-index", out, re.M)
     assert victim, out
+    # The script runs on (past its 10 s) until another node has taken the task over.
+    assert re.search(rf"^=== node-\d took rebuild-index over from {victim.group(1)}$", out,
+                     re.M), out
     # The lost execution is a failed attempt, and its retry comes before the next regular run.
     assert re.search(r"^\[node-\d\] .* rebuild-index resumes: attempt 2 of this occurrence",
                      out, re.M), out

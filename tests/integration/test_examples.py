@@ -119,8 +119,9 @@ def test_cluster_script_runs_three_nodes_and_kills_one(tmp_path: Path) -> None:
         DBSCHEDULER=f"{sys.executable} -m dbscheduler",
     )
     try:
-        # About 20 s on an idle machine; on a loaded one every CLI call the script makes starts
-        # a Python process, and the script waits longer for its nodes (60 s timed out).
+        # About 20 s on an idle machine (the script runs on until the takeover is shown); on a
+        # loaded one every CLI call the script makes starts a Python process, and the script
+        # waits longer for its nodes (60 s timed out).
         proc = subprocess.run(["bash", str(EXAMPLES / "cluster.sh")], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300, env=env)
     finally:
@@ -136,6 +137,8 @@ def test_cluster_script_runs_three_nodes_and_kills_one(tmp_path: Path) -> None:
     assert re.search(r"^\[node-\d\] .* cluster_app: ", out, re.M), out  # tasks log as they run
     victim = re.search(r"^=== kill -9 (node-\d) while it runs rebuild-index", out, re.M)
     assert victim, out
+    assert re.search(rf"^=== node-\d took rebuild-index over from {victim.group(1)}$", out,
+                     re.M), out
     survivors = {f"node-{n}" for n in (1, 2, 3)} - {victim.group(1)}
     assert "=== stopping the nodes (SIGTERM: graceful shutdown)" in out
     for node in survivors:
