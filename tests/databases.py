@@ -69,6 +69,11 @@ TEST_SETTINGS = {"postgresql": {"fsync": "off"},
 RUN = "DBSCHEDULER_TEST_SERVERS"
 """``<owner pid> <directory>``: where this run keeps its private servers (set by
 :func:`begin_run` in the process that owns the run, inherited by xdist workers)."""
+SERVERS_DIR = "DBSCHEDULER_TEST_SERVERS_DIR"
+"""Where a run makes its servers' directory, if set (default: see :func:`servers_base`)."""
+MEMORY = Path("/dev/shm")
+MEMORY_ROOM = 4 << 30
+"""Free bytes ``/dev/shm`` must have to hold a run's servers (they use well under 1 GiB)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,26 @@ def begin_run() -> None:
     if os.environ.get(RUN):
         return
     # Named now, made by the first server: a run killed before it needs one leaves nothing.
-    directory = Path(tempfile.gettempdir()) / f"dbscheduler-tests-{uuid.uuid4().hex[:12]}"
+    directory = servers_base() / f"dbscheduler-tests-{uuid.uuid4().hex[:12]}"
     os.environ[RUN] = f"{os.getpid()} {directory}"
+
+
+def servers_base() -> Path:
+    """The directory a run's servers live in: ``$DBSCHEDULER_TEST_SERVERS_DIR`` if set, else
+    memory (``/dev/shm``) when it has room, else the temporary directory.
+
+    In memory, the file syncs a server still makes with durability off cost nothing: creating a
+    table by the migrations takes MariaDB 0.2 s there against 1.1 s on this project's machines'
+    disk, and the suite creates hundreds."""
+    if os.environ.get(SERVERS_DIR):
+        return Path(os.environ[SERVERS_DIR])
+    try:
+        room = os.statvfs(MEMORY)
+    except OSError:
+        return Path(tempfile.gettempdir())
+    if room.f_bavail * room.f_frsize >= MEMORY_ROOM and os.access(MEMORY, os.W_OK | os.X_OK):
+        return MEMORY
+    return Path(tempfile.gettempdir())
 
 
 def end_run() -> None:

@@ -88,3 +88,23 @@ def test_missing_binaries_skip_with_the_command_that_installs_them(
     found = databases.find.__wrapped__("postgresql")
     assert found.url is None
     assert "apt-get install -y postgresql mariadb-server" in found.reason, found.reason
+
+
+def test_the_servers_live_in_memory_when_it_has_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    import tempfile
+
+    import tests.databases as databases
+
+    monkeypatch.delenv(databases.SERVERS_DIR, raising=False)
+    monkeypatch.setattr(databases, "MEMORY", tmp_path)
+    monkeypatch.setattr(databases, "MEMORY_ROOM", 1)
+    assert databases.servers_base() == tmp_path
+    monkeypatch.setattr(databases, "MEMORY_ROOM", 1 << 62)  # more than any machine has
+    assert databases.servers_base() == Path(tempfile.gettempdir())
+    monkeypatch.setattr(databases, "MEMORY", tmp_path / "absent")
+    monkeypatch.setattr(databases, "MEMORY_ROOM", 1)
+    assert databases.servers_base() == Path(tempfile.gettempdir())
+    monkeypatch.setenv(databases.SERVERS_DIR, str(tmp_path / "chosen"))
+    assert databases.servers_base() == tmp_path / "chosen"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests.databases import servers_base
 from tests.servers import PrivateMariaDB, Unavailable, free_port, start_watchdog
 
 PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
@@ -104,7 +105,9 @@ def galera_cluster(size: int = 3, clock_offsets: Mapping[int, float] | None = No
     import shutil
     import tempfile
 
-    root = Path(tempfile.mkdtemp(prefix="dbscheduler-galera-"))
+    # Where the suite's own servers live (in memory when it has room): a joiner's state
+    # transfer and every node's syncs are then quick.
+    root = Path(tempfile.mkdtemp(prefix="dbscheduler-galera-", dir=servers_base()))
     root.chmod(0o755)
     start_watchdog(root, os.getpid())
     gcomm = [free_port() for _ in range(size)]
