@@ -44,6 +44,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         end_run()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, the unit tests last (each file keeps its order): the workers
+    take files one by one in this order, so a scenario of half a minute never starts when the
+    other worker has nothing left to do."""
+    rank: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("topologies") or item.get_closest_marker("chaos"):
+            mine = 0
+        elif item.get_closest_marker("slow"):
+            mine = 1
+        else:
+            mine = 3 if path.startswith("tests/unit/") else 2
+        rank[path] = min(rank.get(path, mine), mine)
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
+
+
 @pytest.fixture(autouse=True)
 def _servers_lock(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -128,6 +128,7 @@ def test_every_page_with_examples_is_found() -> None:
     assert {"index.md", "getting-started/index.md", "getting-started/postgresql.md"} <= names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
 def test_page_examples_run(page: Path, outcomes: dict[str, dict[str, Any]]) -> None:
     outcome = outcomes[str(page)]

@@ -168,6 +168,7 @@ def confirm(page: Page, title_part: str) -> None:
     dialog.locator("#confirm-ok").click()
 
 
+@pytest.mark.slow
 def test_the_dashboard_in_a_real_browser(node: Node, browser: Browser) -> None:
     SHOTS.mkdir(exist_ok=True)
     ops = node.scheduler

@@ -72,6 +72,7 @@ def keys(page: Page) -> list[str]:
     return page.eval_on_selector_all("table.batches tbody tr", "rs => rs.map(r => r.dataset.key)")
 
 
+@pytest.mark.slow
 def test_the_batches_page_in_a_real_browser(node: Scheduler, browser: Browser) -> None:
     SHOTS.mkdir(exist_ok=True)
     url, table = str(node.engine.url.render_as_string(hide_password=False)), node.table

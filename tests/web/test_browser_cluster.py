@@ -96,6 +96,7 @@ def node(migrated: tuple[str, str]) -> Iterator[Scheduler]:
     scheduler.shutdown(timeout=5)
 
 
+@pytest.mark.slow
 def test_nodes_and_groups_pages_in_a_real_browser(node: Scheduler, browser: Browser) -> None:
     SHOTS.mkdir(exist_ok=True)
     url = node.engine.url.render_as_string(hide_password=False)

@@ -60,6 +60,7 @@ ROUTES = {
 """Every route the document must list (``/metrics`` is outside ``/api``)."""
 
 
+@pytest.mark.slow
 def test_every_route_answers_within_its_documented_schema(
     web_schema: schemathesis.BaseSchema,
 ) -> None:
