@@ -185,11 +185,11 @@ class Poller:
         self._next_due, self._next_due_known = picked.next_due, picked.next_due_known
         if rows and time.monotonic() - sent >= self._lease.total_seconds() - self._margin:
             # The answer came so late that the leases it granted may already have expired
-            # and been taken by another node: running them could overlap. Give them back.
+            # and been taken by another node: running them could overlap. Give them back as
+            # they were (a lost execution among them stays to be recorded).
             log.warning("a pick took longer than the lease (%.1f s); releasing its %d row(s)",
                         time.monotonic() - sent, len(rows))
-            self._store.release(self._node_id, {int(r["id"]): int(r["total_attempt"])
-                                                for r in rows})
+            self._store.give_back(self._node_id, rows)
             return 0
         ready: list[Execution] = []
         for row in rows:

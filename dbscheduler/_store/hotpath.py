@@ -27,6 +27,7 @@ from ..table import COLUMNS
 from .base import StoreBase
 from .controls import settle
 from .finish import FinishWrite, finish_batch
+from .giveback import unpick
 from .handlers import handler_params
 from .history import RunRecord, forget, log_first, run_values, write_tracebacks
 from .leases import Extended, extend, extended_read_back, extended_returning, fence, release
@@ -243,3 +244,12 @@ class Store(StoreBase):
     def release(self, node_id: str, tokens: Mapping[int, int]) -> int:
         """Give back leases this node still holds so another node can pick them at once."""
         return release(self, node_id, tokens)
+
+    def give_back(self, node_id: str, rows: Sequence[PickedRow]) -> None:
+        """Undo this node's pick of ``rows`` (answered too late to run them), leaving each as
+        it was before the pick: due when it was due, and a row whose node had lost it held by
+        that node's expired lease again, so the next pick records the lost execution instead
+        of running the task as if nothing had been lost."""
+        with self.autocommit() as conn:
+            unpick(self, conn, node_id, rows)
+            self.notify(conn)
