@@ -252,4 +252,5 @@ class Store(StoreBase):
         of running the task as if nothing had been lost."""
         with self.autocommit() as conn:
             unpick(self, conn, node_id, rows)
+            _faultpoints.reached("release")  # the freeze tests' point, as after a release
             self.notify(conn)
