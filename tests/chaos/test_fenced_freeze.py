@@ -36,19 +36,13 @@ import sqlalchemy as sa
 
 from tests.chaos.checks import Report
 from tests.chaos.freeze_flow import freeze_test, restartable, start_all
-from tests.chaos.freezing import Events, Nodes
+from tests.chaos.freezing import LEASE, LIMIT, Events, Nodes
 from tests.chaos.parallel import ALL_BACKENDS, Env, Runner, check
 
 pytestmark = pytest.mark.chaos
 
 Record = Callable[[Report], None]
 
-LEASE = 2.0
-"""Lease of every node here, seconds."""
-LIMIT = LEASE + 10.0
-"""A frozen node's fenced task is started by another node within this many seconds, and the
-taker's plain tasks never wait longer (lease + 2 s on a quiet machine, reported as figures;
-the room is for a loaded one, as :data:`tests.chaos.freezing.LIMIT`)."""
 POINTS = ("fenced_begin", "fenced_check", "fenced_exit", "fenced_commit")
 SQLITE_POINTS = ("fenced_begin", "fenced_check")
 PLAIN = ("plain-0", "plain-1")
