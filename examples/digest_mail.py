@@ -49,8 +49,9 @@ class MailService(BaseHTTPRequestHandler):
         notifications = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         user = self.path.rsplit("/", 1)[-1]
         lines = "\n".join(f"  - {n['text']}" for n in notifications)
-        print(f"mail to {user}: {len(notifications)} notification(s)\n{lines}", flush=True)
+        # Under the lock: two mails delivered at once would interleave their lines.
         with self.lock:
+            print(f"mail to {user}: {len(notifications)} notification(s)\n{lines}", flush=True)
             self.sent.append((user, notifications))
         self.send_response(204)
         self.end_headers()
