@@ -70,7 +70,11 @@ def test_a_late_pick_gives_a_lost_execution_back_to_be_recorded(
         wait_until(recorded.is_set, 30, "the lost execution recorded")
         wait_until(lambda: not s.info("orphan").running, 30, "the orphan put back")
         info = s.info("orphan")
+        runs = s.runs("orphan")
     assert late == [1], "the first pick took the orphan, late"
-    # Recorded once, as the ghost's; the task did not run (no retry: due again in an hour).
-    assert [(i.name, i.locked_by) for i in lost] == [("orphan", "ghost")]
+    # Recorded once, as the ghost's, by the ghost's own token (1), not the late pick's (2):
+    # a finish of the ghost's that still came in is judged by that run row. The task did not
+    # run (no retry: due again in an hour).
+    assert [(i.name, i.locked_by, i.total_attempt) for i in lost] == [("orphan", "ghost", 1)]
+    assert [(r.status, r.node_id, r.token) for r in runs] == [("lost", "ghost", 1)]
     assert info.last_status == "lost" and ran == []
