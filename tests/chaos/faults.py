@@ -221,7 +221,15 @@ class TcpProxy:
 
     def _serve(self, client: socket.socket) -> None:
         with self._lock:
-            self._socks.add(client)
+            # Accepted while forwarding, but this thread began after the switch to refuse:
+            # its cut() did not see this connection, so refuse it here (a loaded machine
+            # once let a heartbeat's new connection through a refusing proxy this way).
+            refused = self._mode == "refuse"
+            if not refused:
+                self._socks.add(client)
+        if refused:
+            _reset(client)
+            return
         # A partitioned network lets no new connection through either: wait for it to heal.
         while self._mode == "blackhole" and not self._closed.is_set():
             time.sleep(0.05)
