@@ -66,7 +66,12 @@ class PrivateMariaDB(PrivateServer):
 
     def pid(self) -> int | None:
         pid = _pid_in(self.directory / "mysqld.pid")
-        return pid if pid is not None and alive(pid) else None
+        if pid is not None and alive(pid):
+            return pid
+        # No pid file yet: a Galera joiner writes it only once it has joined, so one that
+        # never joined would outlive its kill, holding its ports (a retry then found its
+        # Galera port in use). Found by its data directory on its command line instead.
+        return _process_with_argument(f"--datadir={self.directory / 'data'}")
 
     def _initialise(self) -> None:
         install, _ = self._bin()
@@ -139,3 +144,17 @@ class PrivateMariaDB(PrivateServer):
                 conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
         finally:
             engine.dispose()
+
+
+def _process_with_argument(argument: str) -> int | None:
+    """The process whose command line holds ``argument``, if any (Linux's /proc)."""
+    wanted = argument.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if wanted in (entry / "cmdline").read_bytes().split(b"\0"):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
