@@ -34,12 +34,13 @@ def start_watchdog(directory: Path, owner: int) -> None:
 
 
 def kill_all_in(directory: Path) -> None:
-    """End every server whose pid file lies under ``directory``, at once."""
-    for kind, pidfile in (("postgresql", "data/postmaster.pid"), ("mysql", "mysqld.pid")):
-        for path in directory.glob(f"*/{pidfile}"):
-            server_dir = path.parent.parent if kind == "postgresql" else path.parent
+    """End every server under ``directory``, at once."""
+    # MariaDB's by its system database, not its pid file: a Galera joiner that never joined
+    # has none, and its kill finds it by its data directory.
+    for kind, marker in (("postgresql", "data/postmaster.pid"), ("mysql", "data/mysql")):
+        for path in directory.glob(f"*/{marker}"):
             cls: type[PrivateServer] = PrivatePostgres if kind == "postgresql" else PrivateMariaDB
-            cls(server_dir).kill()
+            cls(path.parent.parent).kill()
 
 
 LINGER = 30.0
