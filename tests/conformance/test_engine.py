@@ -209,7 +209,8 @@ def test_lost_execution_is_reported_and_recovered(
     assert ran[0].total_attempt in (8, 9)
     wait_until(lambda: t.info("orphan").last_status == "success", what="finish written")
     info = t.info("orphan")
-    assert info.locked_by is None
+    # No longer the ghost's: free, or already this node's next run (due every second).
+    assert info.locked_by in (None, t.node_id), info
 
 
 def test_listeners_that_raise_do_not_break_the_scheduler(make: Callable[..., Scheduler]) -> None:
