@@ -1,7 +1,8 @@
 """Giving picked rows back as they were: the pick's rows this node cannot run (a handler it
-lacks, :mod:`.pick`) and those over their group's limit (:mod:`.controls`).
+lacks, :mod:`.pick`), those over their group's limit (:mod:`.controls`), and those of a pick
+answered after its leases could have expired (``Store.give_back``).
 
-Its own module, below both, so that the pick and the group limits need not import each other.
+Its own module, below all three, so that they need not import each other.
 """
 
 from __future__ import annotations
