@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from tests.chaos.checks import Report
 from tests.chaos.faults import Server
 from tests.chaos.profile import Profile
 from tests.databases import drop_table, find, required, unique_table
+from tests.servers import answers
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,40 @@ class Skip(Exception):
 Scenario = Callable[[Env], Report]
 _MIGRATING = threading.Lock()
 SELECTED = pytest.StashKey[set[str]]()
+
+
+RESTART_WAIT = 60.0
+"""Seconds a scenario's set-up waits for a server that another worker's test restarts."""
+
+
+def _migrated_table(url: str, backend: str) -> str:
+    """A new table migrated for one scenario run.
+
+    The scenarios of a module start in the background (siblings, prefetch), so one may set up
+    between two tests of its worker, while another worker's test holds the servers' lock to
+    restart them: the server then refuses connections for a moment. The scenario bodies that
+    can meet a restart are written to void and repeat themselves; their set-up waits for the
+    server to be back and migrates a new table.
+    """
+    from dbscheduler.migrate import upgrade
+
+    deadline = time.monotonic() + RESTART_WAIT
+    while True:
+        table = unique_table()
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            with _MIGRATING:  # Alembic's context is process-global: one migration at a time
+                upgrade(engine, table)
+            return table
+        except sa.exc.OperationalError:
+            if backend == "sqlite" or time.monotonic() >= deadline:
+                raise
+        finally:
+            engine.dispose()
+        with contextlib.suppress(Exception):  # a half-made table of a server that went down
+            drop_table(url, table)
+        while not answers(url) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 class Runner:
@@ -104,15 +140,7 @@ class Runner:
             if found.url is None:
                 raise Unavailable(found.reason, backend in required())
             url, private = found.url, found.server
-        table = unique_table()
-        from dbscheduler.migrate import upgrade
-
-        engine = sa.create_engine(url)
-        try:
-            with _MIGRATING:  # Alembic's context is process-global: one migration at a time
-                upgrade(engine, table)
-        finally:
-            engine.dispose()
+        table = _migrated_table(url, backend)
         server = None if backend == "sqlite" else Server(backend, url, private)
         try:
             return scenario(Env(backend, url, table, workdir / "nodes", self._profile, server))
