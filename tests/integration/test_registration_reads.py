@@ -55,3 +55,58 @@ def test_registration_reads_only_the_rows_it_registers(migrated: tuple[str, str]
     with Client(url, table=table) as client:
         assert {client.info(n).schedule for n in "abc"} == {"every 60s"}
         assert client.count_tasks() == OTHERS + 3
+
+
+MANY = 2_500
+
+
+def test_many_new_tasks_go_in_a_few_statements_with_every_value(migrated: tuple[str, str],
+                                                                backend: str) -> None:
+    """A node declaring thousands of tasks inserts them in a few calls to the driver, a
+    thousand rows at most each, and every column arrives as given: names with quotes and
+    accents, schedules, options, controls, limits, due times to the microsecond. (On
+    MySQL/MariaDB the rows travel as one JSON text per statement, which the server unpacks.)"""
+    url, table = migrated
+    store = Store(create_engine(url, lease=timedelta(seconds=30)), table)
+    inserts: list[int] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+             executemany: bool) -> None:
+        if statement.lstrip().upper().startswith("INSERT"):
+            inserts.append(len(parameters) if executemany else 1)
+
+    base = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+
+    def item(i: int) -> Registration:
+        due = base + timedelta(seconds=i, microseconds=i)
+        return Registration(
+            f"task-{i:05d}-é'\"", f"every {i + 1}s", lambda now, due=due: due,
+            options=None if i % 3 else f'{{"timeout": {i}}}', priority=i % 7 - 3,
+            group=None if i % 2 else f"g{i % 5}", requires=None if i % 4 else "tag",
+            alert_after=None if i % 5 else i / 4,
+        )
+
+    items = [item(i) for i in range(MANY)]
+    sa.event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        store.register(items)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", seen)
+    # Calls to the driver: one executemany is one call, whatever the driver makes of it.
+    assert len(inserts) <= -(-MANY // 1000), inserts
+    t = store.table
+    with store.engine.connect() as conn:
+        rows = {r.queue_name: r for r in conn.execute(sa.select(
+            t.c.queue_name, t.c.handler, t.c.schedule, t.c.options, t.c.priority,
+            t.c.task_group, t.c.requires, t.c.alert_after, t.c.next_process_at, t.c.paused,
+            t.c.total_attempt))}
+    store.engine.dispose()
+    assert len(rows) == MANY
+    for i, it in enumerate(items):
+        row = rows[it.name]
+        got = row.next_process_at
+        got = got if got.tzinfo else got.replace(tzinfo=timezone.utc)
+        assert (row.handler, row.schedule, row.options, row.priority, row.task_group,
+                row.requires, row.alert_after, got, bool(row.paused), row.total_attempt) == (
+            it.name, it.schedule, it.options, it.priority, it.group, it.requires,
+            it.alert_after, it.first_run(base), False, 0), i
