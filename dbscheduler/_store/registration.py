@@ -69,7 +69,7 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
     # savepoint (MySQL has no server-side bound on an idle transaction).
     with store.inserting() as conn:
         if missing:
-            store.dialect.insert_many_if_absent(conn, t, [
+            inserted = store.dialect.insert_many_if_absent(conn, t, [
                 {
                     "queue_name": item.name,
                     "handler": item.name,
@@ -91,10 +91,17 @@ def _register(store: StoreBase, items: Sequence[Registration]) -> None:
                 for item in missing
             ])
             _faultpoints.reached("register")
-            # Read back what the insert left: a row another node inserted meanwhile may carry
-            # another schedule or other options (the last registration wins). Only those
-            # are updated below, not every new row again (one round trip per row on MySQL).
-            for name, schedule, options, _ in _stored(store, conn, [i.name for i in missing]):
+            # The rows this insert made hold what was registered. A row another node
+            # inserted meanwhile may carry another schedule or other options (the last
+            # registration wins): read back (all, where the database did not say which
+            # rows the insert made), so that only those are updated below, not every new
+            # row again (one round trip per row on MySQL).
+            for item in missing:
+                if inserted is not None and item.name in inserted:
+                    present[item.name] = item.schedule
+                    stored_options[item.name] = item.options
+            unknown = [i.name for i in missing if i.name not in present]
+            for name, schedule, options, _ in _stored(store, conn, unknown):
                 if name not in present:
                     present[name] = schedule
                     stored_options[name] = options

@@ -170,10 +170,15 @@ class Dialect(StatementCache):
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """:meth:`insert_if_absent` for many rows (one statement where the backend allows)."""
+    ) -> set[str] | None:
+        """:meth:`insert_if_absent` for many rows (one statement where the backend allows).
+
+        Returns the ``queue_name`` of every row it inserted where the database says so in
+        the same statement (``RETURNING``), else ``None``: then the caller reads back what the
+        rows hold, as another node may have inserted some of them first."""
         for values in rows:
             self.insert_if_absent(conn, table, values)
+        return None
 
     upsert_rows: ClassVar[int] = 1000
     """Rows per :meth:`upsert_many` statement (a larger call is written in parts)."""

@@ -377,9 +377,11 @@ class MySQLDialect(Dialect):
     ) -> None:
         # INSERT … SELECT FROM JSON_TABLE, as upsert_many: a node registering 10,000 tasks
         # had PyMySQL escape 160,000 values one by one in Python (most of a second of its
-        # start-up). In parts, each well under the server's max_allowed_packet.
+        # start-up). In parts, each well under the server's max_allowed_packet. Neither
+        # server returns the rows an INSERT … ON DUPLICATE KEY inserted: the caller reads
+        # them back.
         if not rows:
-            return
+            return None
         names = list(rows[0])
         stmt = (
             mysql_insert(table)
@@ -390,6 +392,7 @@ class MySQLDialect(Dialect):
         for start in range(0, len(rows), self.upsert_rows):
             conn.execute(stmt, {"i_rows": self._json_rows_value(
                 names, rows[start:start + self.upsert_rows])})
+        return None
 
     # -- fenced transactions -------------------------------------------------------------
     # Neither server has a transaction-scoped setting: the session's are saved in user

@@ -166,20 +166,21 @@ class PostgreSQLDialect(Dialect):
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
-    ) -> None:
+    ) -> set[str]:
         # The rows as one array per column, unnested by the server (as the batch finish
         # does): an executemany bound every value of every row in Python, 1 s of CPU for
         # the 10,000 rows of a first start.
         if not rows:
-            return
+            return set()
         names = list(rows[0])
         columns = [sa.column(n, table.c[n].type) for n in names]
         source, params = self.batch_rows("r", columns, [[r[n] for n in names] for r in rows])
         stmt = (
             pg_insert(table).from_select(names, sa.select(*source.c))
             .on_conflict_do_nothing(index_elements=["queue_name"])
+            .returning(table.c.queue_name)
         )
-        conn.execute(stmt, params)
+        return set(conn.execute(stmt, params).scalars())
 
     # Two connections: while the server writes one batch, the client encodes the next
     # (the encoding was as long as the server's write; together they took their sum).

@@ -208,12 +208,12 @@ class SQLiteDialect(Dialect):
 
     def insert_many_if_absent(
         self, conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
-    ) -> None:
+    ) -> set[str]:
         stmt = sqlite_insert(table).on_conflict_do_nothing(index_elements=["queue_name"])
         # With RETURNING, SQLAlchemy sends the rows as multi-row INSERTs, about 2,000 per
         # statement; a plain executemany in autocommit mode commits each row on its own
         # (10,000 new tasks: 0.21 s instead of 0.53 s).
-        conn.execute(stmt.returning(table.c.id), list(rows))
+        return set(conn.execute(stmt.returning(table.c.queue_name), list(rows)).scalars())
 
     def hold_fence(
         self,
