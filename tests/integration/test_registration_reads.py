@@ -110,3 +110,43 @@ def test_many_new_tasks_go_in_a_few_statements_with_every_value(migrated: tuple[
                 row.requires, row.alert_after, got, bool(row.paused), row.total_attempt) == (
             it.name, it.schedule, it.options, it.priority, it.group, it.requires,
             it.alert_after, it.first_run(base), False, 0), i
+
+
+def test_a_row_another_node_inserts_first_gets_this_registration(migrated: tuple[str, str],
+                                                                  backend: str) -> None:
+    """Between a registration's read (the name is absent) and its insert, another node
+    inserts the same name with another schedule. The insert then makes no row for it, and
+    the registration, learning so from the insert itself or from its read-back, writes its own
+    schedule over the other's: the last registration wins, as for a row that was there."""
+    if backend not in ("postgresql", "mysql"):
+        pytest.skip("one writer at a time: no other insert can come between the read and "
+                    "the insert")
+    url, table = migrated
+    mine = Store(create_engine(url, lease=timedelta(seconds=30)), table)
+    other = Store(create_engine(url, lease=timedelta(seconds=30)), table)
+    first = datetime(2031, 1, 1, tzinfo=timezone.utc)
+    theirs = datetime(2032, 1, 1, tzinfo=timezone.utc)
+    done: list[bool] = []
+
+    def before_insert(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not done and f"INSERT INTO {table.upper()} " in statement.upper():
+            done.append(True)
+            other.register([Registration("shared", "every 5s", lambda now: theirs),
+                            Registration("theirs", "every 7s", lambda now: theirs)])
+
+    sa.event.listen(mine.engine, "before_cursor_execute", before_insert)
+    try:
+        mine.register([Registration("shared", "every 60s", lambda now: first),
+                       Registration("mine", "every 60s", lambda now: first)])
+    finally:
+        sa.event.remove(mine.engine, "before_cursor_execute", before_insert)
+    assert done, "the registration sent no insert"
+    t = mine.table
+    with mine.engine.connect() as conn:
+        rows = {r.queue_name: (r.schedule, r.next_process_at.replace(tzinfo=timezone.utc))
+                for r in conn.execute(sa.select(t.c.queue_name, t.c.schedule,
+                                                t.c.next_process_at))}
+    mine.engine.dispose()
+    other.engine.dispose()
+    assert rows == {"shared": ("every 60s", first), "mine": ("every 60s", first),
+                    "theirs": ("every 7s", theirs)}
