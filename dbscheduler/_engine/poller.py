@@ -187,7 +187,8 @@ class Poller:
             # The answer came so late that the leases it granted may already have expired
             # and been taken by another node: running them could overlap. Give them back as
             # they were (a lost execution among them stays to be recorded).
-            log.warning("a pick took longer than the lease (%.1f s); releasing its %d row(s)",
+            log.warning("a pick took longer than the lease (%.1f s); giving its %d row(s) back "
+                        "as they were",
                         time.monotonic() - sent, len(rows))
             self._store.give_back(self._node_id, rows)
             return 0
