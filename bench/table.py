@@ -8,6 +8,9 @@ from typing import Any
 from bench.stats import Figure, fmt
 from bench.workloads import Settings, sustained
 
+CPU_RATE = 3000
+"""The throughput step whose CPU per execution the table shows (issue 34's yardstick)."""
+
 
 def _windows(steps: Any, rate: int) -> list[dict[str, float]]:
     if not isinstance(steps, list):
@@ -39,6 +42,10 @@ def figures(result: dict[str, Any], settings: Settings) -> dict[str, Figure | st
             cells[f"tput{n}_peak"] = Figure.of(
                 [max((w["executions_per_s"] for w in wins), default=math.nan)])
             cells[f"tput{n}_dup"] = str(sum(int(w["duplicates"]) for w in wins))
+            at = [s for s in steps if s["rate"] == CPU_RATE and "node_cpu_us" in s]
+            if n == 1 and at:
+                cells["tput1_cpu"] = (f"{at[0]['node_cpu_us']:,.0f} / "
+                                      f"{at[0]['server_cpu_us']:,.0f}")
         elif isinstance(steps, dict) and "skipped" in steps:
             cells[f"tput{n}"] = "n/a (1 process only)"
         elif steps is not None:
@@ -126,6 +133,8 @@ ROWS: tuple[tuple[str, str, int, str], ...] = (
     ("tput1_peak", "… highest exec/s seen at any step", 0, ""),
     ("tput3", "throughput, 3 nodes: exec/s with lag p99 < 100 ms", 0, ""),
     ("tput3_peak", "… highest exec/s seen at any step", 0, ""),
+    ("tput1_cpu", "… CPU per execution at 3,000/s offered, spread: node / server µs "
+     "(goal ≤ 50 / 50)", 0, ""),
     ("tput1_dup", "duplicates (throughput, 1 node)", 0, ""),
     ("tput3_dup", "duplicates (throughput, 3 nodes)", 0, ""),
     ("idle", "idle, {idle:,} tasks: statements/s per node (target ≤ 1.5)", 2, ""),

@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.cpu import server_cpu
 from bench.infra import (
     MAIN_PYTHON,
     PEER_ENVS,
@@ -264,6 +265,10 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
             grace = 0.9 if system.cron_seconds else 0.4
             w0 = max(t0 + min(period, 0.3) + 0.2, time.time() + 0.4)
             w_end = w0 + settings.windows * window
+            time.sleep(max(0.0, w0 - time.time()))
+            cpu_before = _cpu(nodes)
+            time.sleep(max(0.0, w_end - time.time()))
+            cpu_after = _cpu(nodes)
             time.sleep(max(0.0, w_end + grace - time.time()))
             samples: list[Sample] = []
             per_node: list[int] = []  # executions each node ran: is the work shared?
@@ -277,9 +282,11 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
             ]
             passed = [f["due"] > 0 and f["lag_p99_ms"] < LAG_BUDGET_MS
                       and f["missed"] <= MISSED_BUDGET * f["due"] for f in figures]
+            executions = sum(f["executions_per_s"] for f in figures) * window
             steps.append({"rate": rate, "tasks": n, "period": period, "windows": figures,
                           "passed": passed, "activation_seconds": activated,
-                          "per_node": per_node})
+                          "per_node": per_node,
+                          **_cpu_per_execution(cpu_before, cpu_after, executions)})
             p99 = sorted(f["lag_p99_ms"] for f in figures)[len(figures) // 2]
             done = sorted(f["executions_per_s"] for f in figures)[len(figures) // 2]
             log(f"  {system.key} {label} {nodes_count} node(s) {rate}/s ({n} tasks): "
@@ -292,6 +299,21 @@ def rate_session(ctx: Context, system: System, settings: Settings, *, nodes_coun
             if stop_on_fail and sum(passed) * 2 <= len(passed):
                 break
     return steps
+
+
+def _cpu(nodes: list[Node]) -> tuple[float, float]:
+    """CPU seconds used so far by the nodes (each one's own count) and the database servers."""
+    return sum(float(node.call("stats")["cpu"]) for node in nodes), server_cpu()
+
+
+def _cpu_per_execution(before: tuple[float, float], after: tuple[float, float],
+                       executions: float) -> dict[str, float]:
+    """The nodes' and the servers' CPU µs per execution started in a step's windows (the
+    servers' 0 where the database runs inside the node: SQLite)."""
+    if executions <= 0:
+        return {}
+    return {"node_cpu_us": 1e6 * (after[0] - before[0]) / executions,
+            "server_cpu_us": 1e6 * (after[1] - before[1]) / executions}
 
 
 def sustained(steps: list[dict[str, Any]]) -> list[float]:

@@ -18,33 +18,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from bench.cpu import server_cpu
 from dbscheduler import FixedRate, Scheduler
 from dbscheduler.migrate import upgrade
 
 TABLE = "bench_saturate"
-SERVERS = ("postgres", "mariadbd", "mysqld")
-
-
-def server_cpu() -> float:
-    """CPU seconds used so far by the local database server processes."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            name, _, rest = stat.read_text().rpartition(")")
-        except OSError:
-            continue
-        if name.rsplit("(", 1)[-1] in SERVERS:
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def fresh_table(url: str, ddl: list[str] = []) -> None:  # noqa: B006 - never changed
