@@ -91,7 +91,9 @@ class Settings:
     window: float = 1.0
     proc_runs: int = 1
     lag_rates: tuple[int, ...] = (20, 1000)
-    ramp: tuple[int, ...] = (100, 500, 1000, 2000, 4000, 6000, 8000, 12000)
+    ramp: tuple[int, ...] = (100, 500, 1000, 2000, 3000, 4000, 6000, 8000, 12000)
+    """Offered rates of the throughput ramp (3,000/s: the step whose CPU per execution the
+    table shows)."""
     ramp3: tuple[int, ...] = ()
     """The three-node ramp (default: ``ramp``)."""
     dbs_min_rate: int = 0
