@@ -31,17 +31,18 @@ from dbscheduler.migrate import upgrade
 TABLE = "bench_saturate"
 
 
-def fresh_table(url: str, ddl: list[str] = []) -> None:  # noqa: B006 - never changed
-    """Drop and create the table; then run each ``ddl`` statement (``{table}`` is its name):
-    an index lever tried before it becomes a migration."""
+def fresh_table(url: str, ddl: list[str] = [],  # noqa: B006 - never changed
+                table: str = TABLE) -> None:
+    """Drop and create ``table`` (and its companion tables); then run each ``ddl``
+    statement (``{table}`` is its name): an index lever tried before it becomes a migration."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         for suffix in ("", "_runs", "_groups", "_items", "_version", "_nodes"):
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {TABLE}{suffix}"))
-    upgrade(engine, TABLE)
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}{suffix}"))
+    upgrade(engine, table)
     with engine.begin() as conn:
         for statement in ddl:
-            conn.execute(sa.text(statement.format(table=TABLE)))
+            conn.execute(sa.text(statement.format(table=table)))
     engine.dispose()
 
 

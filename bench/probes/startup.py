@@ -22,19 +22,10 @@ import time
 
 import sqlalchemy as sa
 
+from bench.probes.saturate import fresh_table
 from dbscheduler import FixedRate, Scheduler
-from dbscheduler.migrate import upgrade
 
 TABLE = "bench_startup"
-
-
-def fresh_table(url: str) -> None:
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        for suffix in ("", "_runs", "_groups", "_items", "_version", "_nodes"):
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {TABLE}{suffix}"))
-    upgrade(engine, TABLE)
-    engine.dispose()
 
 
 def one_start(url: str, tasks: int, node: str) -> tuple[float, float]:
@@ -62,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         first: list[tuple[float, float]] = []
         again: list[tuple[float, float]] = []
         for _ in range(args.rounds):
-            fresh_table(url)
+            fresh_table(url, table=TABLE)
             first.append(one_start(url, args.tasks, "first"))
             again += [one_start(url, args.tasks, f"again-{i}") for i in range(args.restarts)]
         for label, runs in (("first start", first), ("start again", again)):

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects.mysql import DATETIME as MY_DATETIME
 from sqlalchemy.dialects.mysql import LONGTEXT
+from sqlalchemy.dialects.mysql import Insert as MySQLInsert
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -332,13 +333,18 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         names = list(rows[0])
-        source = self._json_rows(table, names, "r")
+        conn.execute(self._json_insert(table, names, "r", now),
+                     {"r_rows": self._json_rows_value(names, rows)})
+
+    def _json_insert(self, table: sa.Table, names: Sequence[str], alias: str,
+                     now: Sequence[str] = ()) -> MySQLInsert:
+        """``INSERT INTO table (names, now) SELECT … FROM JSON_TABLE(:<alias>_rows …)``, the
+        columns ``now`` set to the database's clock (see :meth:`_json_rows`)."""
         picked: list[ColumnElement[Any]] = [
-            sa.literal_column(f"r.c{i}") for i in range(len(names))]
+            sa.literal_column(f"{alias}.c{i}") for i in range(len(names))]
         select: sa.Select[Any] = sa.select(*picked, *(db_now() for _ in now)).select_from(
-            source)
-        stmt = sa.insert(table).from_select([*names, *now], select)
-        conn.execute(stmt, {"r_rows": self._json_rows_value(names, rows)})
+            self._json_rows(table, names, alias))
+        return mysql_insert(table).from_select([*names, *now], select)
 
     def _json_rows(self, table: sa.Table, names: Sequence[str], alias: str) -> sa.TextClause:
         """``JSON_TABLE(:<alias>_rows …) AS <alias>``: rows given as one JSON parameter (see
@@ -383,12 +389,7 @@ class MySQLDialect(Dialect):
         if not rows:
             return None
         names = list(rows[0])
-        stmt = (
-            mysql_insert(table)
-            .from_select(names, sa.select(
-                *(sa.literal_column(f"i.c{k}") for k in range(len(names)))
-            ).select_from(self._json_rows(table, names, "i")))
-            .on_duplicate_key_update(id=table.c.id))
+        stmt = self._json_insert(table, names, "i").on_duplicate_key_update(id=table.c.id)
         for start in range(0, len(rows), self.upsert_rows):
             conn.execute(stmt, {"i_rows": self._json_rows_value(
                 names, rows[start:start + self.upsert_rows])})
