@@ -75,6 +75,9 @@ class Execution:
     id: int
     token: int
     started_mono: float = field(default_factory=time.monotonic)
+    not_before: float = 0.0
+    """Monotonic time before which its function must not start (a row picked ahead of its
+    due time); 0 for a row picked when due."""
     lease_until: float = float("inf")
     """Monotonic time by which the lease surely ends, unless a heartbeat extends it."""
     margin: float = 0.0

@@ -209,6 +209,12 @@ class Executor:
     def _work(self) -> None:
         while (ex := self._queue.get()) is not None:
             key = (ex.id, ex.token)
+            wait = ex.not_before - time.monotonic()
+            if wait > 0:
+                # Picked ahead of its due time (a few milliseconds at most). Not yet started:
+                # a close() meanwhile withdraws it, as any execution still queued.
+                time.sleep(wait)
+                ex.started_mono = time.monotonic()
             with self._lock:
                 if self._closed or key not in self._running:
                     continue  # withdrawn by close(): never started

@@ -21,7 +21,7 @@ class Wakeup:
 
     * :meth:`set`: something changed that only a poll can tell (a trigger, a NOTIFY);
     * :meth:`hint`: this node wrote a row due at a known time (a finish): no poll needed;
-    * :meth:`nudge`: a worker became free.
+    * :meth:`nudge`: a worker became free (heard only while the poller waits for one).
     """
 
     def __init__(self) -> None:
@@ -29,6 +29,7 @@ class Wakeup:
         self._lock = threading.Lock()
         self._stale = False
         self._hint: datetime | None = None
+        self._wants_free = True
 
     def set(self) -> None:
         with self._lock:
@@ -42,7 +43,14 @@ class Wakeup:
         self._event.set()
 
     def nudge(self) -> None:
-        self._event.set()
+        if self._wants_free:
+            self._event.set()
+
+    def wants_free(self, wanted: bool) -> None:
+        """Whether :meth:`nudge` wakes the poller. A busy node's workers free thousands of
+        times a second; a poller sleeping until a due time, with workers free, has no use for
+        one more, and waking it for each cost the node more than the pick it then skipped."""
+        self._wants_free = wanted
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds; True when woken early. Clears the event."""

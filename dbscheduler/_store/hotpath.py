@@ -133,13 +133,16 @@ class Store(StoreBase):
         lease: timedelta,
         known: Collection[str],
         exclude: Collection[int] = (),
+        ahead: float = 0.0,
     ) -> Picked:
-        """Take up to ``limit`` due, unpaused rows among ``known`` names,
-        except the rows ``exclude`` (ids whose execution this node still has in flight)."""
+        """Take up to ``limit`` unpaused rows among ``known`` names due within ``ahead``
+        seconds, except the rows ``exclude`` (ids whose execution this node still has in
+        flight). A row picked ahead has its start (``last_started_at``) at its due time, and
+        the pick's own time in ``heartbeat_at``: the caller starts it then."""
         if limit <= 0:
             return Picked([])
         rows = self.retrying(
-            "pick", lambda: pick_rows(self, node_id, limit, lease, known, exclude)
+            "pick", lambda: pick_rows(self, node_id, limit, lease, known, exclude, ahead)
         )
         rows, given_back = settle(self, node_id, rows)
         if given_back:
@@ -152,7 +155,7 @@ class Store(StoreBase):
             # As many as asked: more may be due already. Say "due at the pick's own time",
             # so the poller picks again as soon as a worker is free, instead of a full poll
             # after every busy pick (a pick that then finds none falls back to a poll).
-            return Picked(rows, to_utc(rows[0]["last_started_at"]), True)
+            return Picked(rows, to_utc(rows[0]["heartbeat_at"]), True)
         return Picked(rows)
 
     # -- fenced writes of running executions ---------------------------------------------

@@ -34,8 +34,10 @@ def pick_rows(
     lease: timedelta,
     known: Collection[str],
     exclude: Collection[int],
+    ahead: float = 0.0,
 ) -> list[PickedRow]:
-    """Take up to ``limit`` due rows whose handler is among ``known``, except ``exclude``.
+    """Take up to ``limit`` rows due within ``ahead`` seconds whose handler is among
+    ``known``, except ``exclude``.
 
     Every pick stamps a fresh claim value on the rows it takes. When the statement fails
     (the connection dropped, the answer never came), the rows carrying that claim are read
@@ -50,7 +52,7 @@ def pick_rows(
         with store.autocommit() as conn:
             rows = store.dialect.pick(
                 conn, store.table, where=where, limit=limit, lease=lease, node_id=node_id,
-                claim=claim, params=handler_params(store, known),
+                claim=claim, params=handler_params(store, known), ahead=ahead,
             )
             _faultpoints.reached("pick")
     except sa.exc.DBAPIError as exc:

@@ -42,7 +42,9 @@ from .common import (
     first_int_arg,
     insert_if_absent_statement,
     pick_binds,
+    pick_due,
     pick_params,
+    pick_started,
     picked_columns,
     row_dicts,
     seconds_param,
@@ -339,9 +341,10 @@ class Dialect(StatementCache):
     ) -> list[tuple[sa.Column[Any], Any]]:
         """The pick's assignments, in the order they must run.
 
-        The ``prev_*`` copies come first: MySQL evaluates single-table assignments left to
-        right, so they must read the old values before ``locked_by`` … are overwritten (every
-        other database evaluates every expression on the old row anyway).
+        The ``prev_*`` copies come first, and ``last_started_at`` (which reads the due time)
+        before ``next_process_at``: MySQL evaluates single-table assignments left to right,
+        so they must read the old values before ``locked_by`` … are overwritten (every other
+        database evaluates every expression on the old row anyway).
         """
         t = table
         # Bound parameters instead of values: a statement built once (PostgreSQL) is run with
@@ -354,10 +357,10 @@ class Dialect(StatementCache):
             (t.c.claim, claim),
             (t.c.attempt, t.c.attempt + 1),
             (t.c.total_attempt, t.c.total_attempt + 1),
+            (t.c.last_started_at, pick_started(t)),
             (t.c.next_process_at, db_now_plus(seconds)),
             (t.c.locked_by, node_id),
             (t.c.heartbeat_at, db_now()),
-            (t.c.last_started_at, db_now()),
             (t.c.stop_requested, False),
         ]
 
@@ -383,13 +386,13 @@ class Dialect(StatementCache):
         due = t.alias("due")
         oldest = (
             sa.select(due.c.id)
-            .where(ClauseAdapter(due).traverse(where), due.c.next_process_at <= db_now())
+            .where(ClauseAdapter(due).traverse(where), pick_due(due))
             .order_by(due.c.priority.desc(), due.c.next_process_at)
             .limit(int(limit))
         )
         return (
             sa.update(t)
-            .where(where, t.c.next_process_at <= db_now(), t.c.id.in_(oldest))
+            .where(where, pick_due(t), t.c.id.in_(oldest))
             .ordered_values(*self.pick_values(t, lease=lease, node_id=node_id, claim=claim))
         )
 
@@ -404,19 +407,20 @@ class Dialect(StatementCache):
         node_id: str,
         claim: str,
         params: Mapping[str, Any],
+        ahead: float = 0.0,
     ) -> list[PickedRow]:
-        """Take up to ``limit`` due rows matching ``where`` for ``node_id``, stamped ``claim``,
-        whose handler passes :meth:`handler_condition` with ``params`` (from
-        :meth:`handler_params`).
+        """Take up to ``limit`` rows matching ``where`` and due within ``ahead`` seconds
+        (:func:`~.common.pick_due`) for ``node_id``, stamped ``claim``, whose handler passes
+        :meth:`handler_condition` with ``params`` (from :meth:`handler_params`).
 
         ``conn`` is in autocommit: the pick is one statement (plus, where the database cannot
         return updated rows, a plain non-locking read of the claimed rows). ``where`` already
         holds ``paused = false`` and the node's tags and groups; the dialect adds the handler
-        condition, ``next_process_at <= db now`` and the ordering. A row another session holds
-        locked is skipped, never waited for.
+        condition, the due condition and the ordering. A row another session holds locked is
+        skipped, never waited for.
         """
         result = conn.execute(self._pick_built(table, where, int(limit)),
-                              {**pick_params(claim, node_id, lease), **params})
+                              {**pick_params(claim, node_id, lease, ahead), **params})
         if self.returning_update:
             return row_dicts(result)
         return self.claimed(conn, table, node_id=node_id, claim=claim)

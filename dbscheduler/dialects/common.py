@@ -19,7 +19,8 @@ __all__ = [
     "FENCE_PAUSE", "FENCE_SLACK", "FENCE_TRIES", "PICKED", "ConnectKind", "ConnectProblem",
     "FenceBounds", "PickedRow", "db_now", "db_now_plus", "driver_error", "fence_conditions",
     "first_int_arg", "insert_if_absent_statement", "names_from_text", "pick_binds",
-    "pick_limit", "pick_params", "picked_columns", "row_dicts", "seconds_param",
+    "pick_due", "pick_limit", "pick_params", "pick_started", "picked_columns", "row_dicts",
+    "seconds_param",
 ]
 
 PickedRow = Mapping[str, Any]
@@ -29,8 +30,8 @@ it)."""
 
 PICKED: tuple[str, ...] = (
     "id", "queue_name", "handler", "schedule", "options", "payload", "data", "created_at",
-    "attempt", "reenqueue_attempt", "total_attempt", "last_started_at", "priority",
-    "task_group", "trigger_link", "prev_locked_by", "prev_next_process_at",
+    "attempt", "reenqueue_attempt", "total_attempt", "last_started_at", "heartbeat_at",
+    "priority", "task_group", "trigger_link", "prev_locked_by", "prev_next_process_at",
     "prev_last_started_at", "claim",
 )
 """The columns a pick returns: what running a picked row takes. The others (a last error of
@@ -38,7 +39,9 @@ up to 2,000 characters, timestamps nothing reads there) cost every picked row th
 and conversion, a quarter of the node's CPU for a pick; the rare execution that reports its
 whole row (a lost one) reads it. ``claim`` is the pick's random stamp: with the token it
 identifies the execution for ``ctx.fenced``, even where the token comes back after a
-failover lost the last commits."""
+failover lost the last commits. ``heartbeat_at`` is the database's time of the pick and
+``last_started_at`` the time the execution starts: later by the wait of a row picked ahead of
+its due time (:func:`pick_due`)."""
 
 
 def picked_columns(table: sa.FromClause) -> list[sa.ColumnElement[Any]]:
@@ -95,6 +98,28 @@ def names_from_text(param: str, select: str) -> tuple[sa.FromClause, ColumnEleme
     return names, names.c.name
 
 
+def pick_due(table: sa.FromClause) -> ColumnElement[bool]:
+    """The pick's due condition on ``table`` (the scheduler table or an alias of it), with the
+    bound parameter ``p_ahead``: due within ``p_ahead`` seconds of the database's now.
+
+    A row picked ahead starts at its due time from the node's memory, so a load spread over
+    time is picked in batches rather than a row or two per statement. A row another node
+    holds is taken only once its lease is over, never ahead: until then it is that node's.
+    """
+    due = table.c.next_process_at
+    return sa.and_(due <= db_now_plus(seconds_param("p_ahead")),
+                   sa.or_(table.c.locked_by.is_(None), due <= db_now()))
+
+
+def pick_started(table: sa.FromClause) -> ColumnElement[datetime]:
+    """The pick's value of ``last_started_at``: the later of the database's now and the
+    row's due time (a row picked ahead starts when it is due). It reads ``next_process_at``,
+    which the pick overwrites with the lease: MySQL assigns left to right, so this must be
+    assigned before that."""
+    due = table.c.next_process_at
+    return sa.case((due > db_now(), due), else_=db_now())
+
+
 def pick_binds(table: sa.Table) -> dict[str, ColumnElement[Any]]:
     """The pick's lease, node and claim as the bound parameters ``p_lease``, ``p_node`` and
     ``p_claim`` (keywords of ``Dialect.pick_values``): a pick statement built once takes
@@ -105,9 +130,12 @@ def pick_binds(table: sa.Table) -> dict[str, ColumnElement[Any]]:
             "claim": sa.bindparam("p_claim", type_=t.c.claim.type)}
 
 
-def pick_params(claim: str, node_id: str, lease: timedelta) -> dict[str, Any]:
-    """The values of :func:`pick_binds` for one pick."""
-    return {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds()}
+def pick_params(
+    claim: str, node_id: str, lease: timedelta, ahead: float = 0.0
+) -> dict[str, Any]:
+    """The values of :func:`pick_binds` for one pick, and ``p_ahead`` of :func:`pick_due`."""
+    return {"p_claim": claim, "p_node": node_id, "p_lease": lease.total_seconds(),
+            "p_ahead": float(ahead)}
 
 
 FENCE_TRIES = 10

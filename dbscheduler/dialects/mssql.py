@@ -6,7 +6,8 @@ The pick is the classic SQL Server queue statement::
 
     WITH dbscheduler_due AS (
         SELECT TOP n * FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-        WHERE <filter> AND next_process_at <= SYSUTCDATETIME()
+        WHERE <filter> AND next_process_at <= DATEADD(…, :ahead, SYSUTCDATETIME())
+          AND (locked_by IS NULL OR next_process_at <= SYSUTCDATETIME())
         ORDER BY priority DESC, next_process_at)
     UPDATE dbscheduler_due SET attempt = dbscheduler_due.attempt + 1, …
     OUTPUT inserted.*
@@ -51,7 +52,7 @@ from .base import (
     insert_if_absent_statement,
     row_dicts,
 )
-from .common import names_from_text, picked_columns
+from .common import names_from_text, pick_due, pick_started, picked_columns
 
 PICK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)"
 """Table hints of the pick's locking read (see the module docstring)."""
@@ -208,11 +209,12 @@ class MSSQLDialect(Dialect):
         node_id: str,
         claim: str,
         params: Mapping[str, Any],
+        ahead: float = 0.0,
     ) -> list[PickedRow]:
         # READPAST skips a row another session holds, whatever its lock: no pick waits.
         where = sa.and_(where, self.handler_condition(table.c.handler))
         stmt = pick_statement(table, where, limit, lease, node_id, claim)
-        return row_dicts(conn.execute(stmt, dict(params)))
+        return row_dicts(conn.execute(stmt, {"p_ahead": float(ahead), **params}))
 
 
 def pick_statement(
@@ -232,7 +234,7 @@ def pick_statement(
     due = (
         sa.select(t)
         .with_hint(t, PICK_HINTS, "mssql")
-        .where(where, t.c.next_process_at <= db_now())
+        .where(where, pick_due(t))
         .order_by(t.c.priority.desc(), t.c.next_process_at)
         .limit(int(limit))
         .cte("dbscheduler_due")
@@ -246,10 +248,10 @@ def pick_statement(
             claim=claim,
             attempt=due.c.attempt + 1,
             total_attempt=due.c.total_attempt + 1,
+            last_started_at=pick_started(due),
             next_process_at=db_now_plus(lease.total_seconds()),
             locked_by=node_id,
             heartbeat_at=db_now(),
-            last_started_at=db_now(),
             stop_requested=False,
         )
         .returning(*picked_columns(due))

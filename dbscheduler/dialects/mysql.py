@@ -56,6 +56,7 @@ from .common import (
     fence_conditions,
     names_from_text,
     pick_binds,
+    pick_due,
     pick_params,
 )
 from .finishing import Finishing, JoinedChunks
@@ -179,6 +180,7 @@ class MySQLDialect(Dialect):
         node_id: str,
         claim: str,
         params: Mapping[str, Any],
+        ahead: float = 0.0,
     ) -> list[PickedRow]:
         # Statements none of which holds a lock past itself: a read of the first due ids
         # that skips the rows another session holds locked (another pick's, a fenced
@@ -198,24 +200,26 @@ class MySQLDialect(Dialect):
         # pick's: any row among the first ``limit`` of all due rows is among the first
         # ``limit`` of its own walk.
         walks, take = self._two_step(table, where, int(limit))
-        found = [(int(r[0]), int(r[1]), r[2]) for r in conn.execute(walks, dict(params))]
+        found = [(int(r[0]), int(r[1]), r[2])
+                 for r in conn.execute(walks, {"p_ahead": float(ahead), **params})]
         found.sort(key=lambda r: (-r[1], r[2]))
         ids = [r[0] for r in found[: int(limit)]]
         if not ids:
             return []
-        conn.execute(take, {"p_ids": ids, **pick_params(claim, node_id, lease)})
+        conn.execute(take, {"p_ids": ids, **pick_params(claim, node_id, lease, ahead)})
         return self.claimed(conn, table, node_id=node_id, claim=claim)
 
     def _two_step(
         self, table: sa.Table, where: ColumnElement[bool], limit: int
     ) -> tuple[sa.CompoundSelect[Any], sa.Executable]:
         """The pick's read of due ids (each row: id, priority, due time; the rows of
-        priority 0 in due order, then the others in priority order: one round trip) and its
-        update of the chosen ids (parameters ``p_ids``, ``p_lease``, ``p_node``,
-        ``p_claim``), built once per conditions and limit."""
+        priority 0 in due order, then the others in priority order: one round trip;
+        parameter ``p_ahead``) and its update of the chosen ids (parameters ``p_ids``,
+        ``p_lease``, ``p_node``, ``p_claim``, ``p_ahead``), built once per conditions and
+        limit."""
         def build() -> tuple[sa.CompoundSelect[Any], sa.Executable]:
             t = table
-            due = sa.and_(where, t.c.next_process_at <= db_now())
+            due = sa.and_(where, pick_due(t))
             # A literal, not a parameter: the planner sees an equality it can walk an index
             # on, not a comparison with an unknown value.
             zero: ColumnElement[int] = sa.literal_column("0")

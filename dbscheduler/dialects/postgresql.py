@@ -37,7 +37,7 @@ from .base import (
     driver_error,
     row_dicts,
 )
-from .common import pick_binds, pick_limit, pick_params, picked_columns
+from .common import pick_binds, pick_due, pick_limit, pick_params, picked_columns
 from .finishing import Finishing
 from .pg_arrays import array_literal
 from .pg_finish import OneStatement
@@ -312,16 +312,17 @@ class PostgreSQLDialect(Dialect):
         node_id: str,
         claim: str,
         params: Mapping[str, Any],
+        ahead: float = 0.0,
     ) -> list[PickedRow]:
-        # Built once per set of conditions, run with each pick's limit, claim, node, lease
-        # and names as parameters.
+        # Built once per set of conditions, run with each pick's limit, claim, node, lease,
+        # names and time ahead as parameters.
         stmt = self.built("pick", (table, where), lambda: self.pick_statement_built(table, where))
-        values = {"p_limit": int(limit), **pick_params(claim, node_id, lease), **params}
+        values = {"p_limit": int(limit), **pick_params(claim, node_id, lease, ahead), **params}
         return row_dicts(conn.execute(stmt, values))
 
     def pick_statement_built(self, t: sa.Table, where: ColumnElement[bool]) -> sa.Update:
-        """The pick (parameters ``p_limit``, ``p_lease``, ``p_node``, ``p_claim``, ``p_names``,
-        ``p_lacking``); its text does not depend on the node's names, their number, or
+        """The pick (parameters ``p_limit``, ``p_lease``, ``p_node``, ``p_claim``, ``p_ahead``,
+        ``p_names``, ``p_lacking``); its text does not depend on the node's names, their number, or
         whether it picks by the names it has or by those it lacks.
 
         Each way of finding due rows is an index walk in the pick's order that locks the
@@ -344,7 +345,7 @@ class PostgreSQLDialect(Dialect):
         # A literal, not a parameter: so the partial index's predicate (priority != 0) matches.
         zero: ColumnElement[int] = sa.literal_column("0")
         names, name = self.names_table("p_names")
-        due = sa.and_(where, t.c.next_process_at <= db_now())
+        due = sa.and_(where, pick_due(t))
 
         def walk(plain: bool, by_name: bool) -> sa.Select[Any]:
             found = (

@@ -688,13 +688,21 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
             "AND scheduled_tasks.handler IS NOT NULL AND (scheduled_tasks.handler NOT IN "
             "(SELECT p_lacking_h.name FROM (SELECT value COLLATE Latin1_General_100_BIN2 AS name "
             "FROM OPENJSON(?)) AS p_lacking_h))) AND "
-            "scheduled_tasks.next_process_at <= SYSUTCDATETIME() "
+            # Due within the time ahead; a row another node holds only once its lease is over.
+            "scheduled_tasks.next_process_at <= DATEADD(microsecond, CAST(ROUND((? - FLOOR(?)) "
+            "* 1000000, 0) AS INT), DATEADD(second, CAST(FLOOR(?) AS INT), SYSUTCDATETIME())) "
+            "AND (scheduled_tasks.locked_by IS NULL OR "
+            "scheduled_tasks.next_process_at <= SYSUTCDATETIME()) "
             "ORDER BY scheduled_tasks.priority DESC, scheduled_tasks.next_process_at) "
             "UPDATE dbscheduler_due SET ") in sql
     for assignment in ("attempt=(dbscheduler_due.attempt + ?)",
                        "total_attempt=(dbscheduler_due.total_attempt + ?)",
                        "next_process_at=DATEADD(microsecond,", "locked_by=?",
-                       "heartbeat_at=SYSUTCDATETIME()", "last_started_at=SYSUTCDATETIME()",
+                       "heartbeat_at=SYSUTCDATETIME()",
+                       # A row picked ahead starts at its due time.
+                       "last_started_at=CASE WHEN (dbscheduler_due.next_process_at > "
+                       "SYSUTCDATETIME()) THEN dbscheduler_due.next_process_at ELSE "
+                       "SYSUTCDATETIME() END",
                        "stop_requested=?", "claim=?",
                        # SQL Server evaluates SET on the old row: these copy what is replaced
                        "prev_locked_by=dbscheduler_due.locked_by",
@@ -775,11 +783,20 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     assert ("full_groups))) AND (scheduled_tasks.handler IN (SELECT p_names_h.name FROM "
             "(SELECT name FROM JSON_TABLE(:p_names, '$[*]' COLUMNS (name VARCHAR2(1020 CHAR) "
             "PATH '$')) jt) p_names_h) OR :p_lacks = :param_1 AND ") in sql
-    assert ") AND scheduled_tasks.next_process_at <= FROM_TZ(" in sql
+    # Due within the time ahead; a row another node holds only once its lease is over.
+    assert (") AND scheduled_tasks.next_process_at <= (FROM_TZ(CAST("
+            "SYS_EXTRACT_UTC(SYSTIMESTAMP) AS TIMESTAMP), '+00:00') + NUMTODSINTERVAL("
+            ":p_ahead, 'SECOND')) AND (scheduled_tasks.locked_by IS NULL OR "
+            "scheduled_tasks.next_process_at <= FROM_TZ(") in sql
+    # A row picked ahead starts at its due time.
+    assert ("last_started_at=CASE WHEN (scheduled_tasks.next_process_at > FROM_TZ(CAST("
+            "SYS_EXTRACT_UTC(SYSTIMESTAMP) AS TIMESTAMP), '+00:00')) THEN "
+            "scheduled_tasks.next_process_at ELSE FROM_TZ(") in sql
     assert update.params["p_names"] == json.dumps(names) and update.params["p_lacks"] == 0
+    assert update.params["p_ahead"] == 0.0
     assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
                      r"WHERE due\.paused = :paused_2 AND \(due\.requires IS NULL .* AND "
-                     r"\(due\.handler IN \(.*\) AND due\.next_process_at <= FROM_TZ\(.*"
+                     r"\(due\.handler IN \(.*\) AND due\.next_process_at <= \(FROM_TZ\(.*"
                      r"ORDER BY due\.priority DESC, due\.next_process_at FETCH FIRST 3 ROWS "
                      r"ONLY\)$", sql), sql
     assert not re.search(r"FOR UPDATE", " ".join(oracle.db.sql()))
