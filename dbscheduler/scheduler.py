@@ -233,8 +233,10 @@ class Scheduler:
         handlers = self._handlers
         self._heartbeat.registry = NodeRegistry(
             store, node, self.tags, lambda: handlers.names() - handlers.tasks.keys())
+        window = store.dialect.batch_window
         self._finisher = Finisher(store, node, self._heartbeat, self._listeners,
-                                  self._wakeup.hint, self.poll_interval, self._row_exists)
+                                  self._wakeup.hint, self.poll_interval, self._row_exists,
+                                  gather=window / 2)
         self._executor = Executor(self.max_workers, self._ended, self._listeners,
                                   on_free=self._wakeup.nudge)
         self._poller = Poller(
@@ -244,6 +246,7 @@ class Scheduler:
             finisher=self._finisher,
             recovery=Recovery(store, node, self._listeners, self._wakeup.hint),
             reregister=lambda: self._register(self._declared()),
+            ahead=window,
         )
         if self.overdue_check is not None:
             self._alerts = AlertWatch(store, self._listeners, self.overdue_after,

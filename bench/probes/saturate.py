@@ -9,7 +9,12 @@ database server's (the CPU time of the local ``postgres``/``mariadbd`` processes
 each kind of statement (SQLAlchemy's cursor events, a little overhead of their own)::
 
     python -m bench.probes.saturate --url postgresql+psycopg://postgres@127.0.0.1:5432/test \\
-        --tasks 700 --period 0.1 --seconds 10 [--analyze] [--no-history] [--statements]
+        --tasks 700 --period 0.1 --seconds 10 [--spread] [--analyze] [--no-history] \\
+        [--statements]
+
+The tasks are due in phase (every pick and finish then carries many rows), unless
+``--spread``: then their phases are spread evenly over the period after the first runs, as a
+service's many tasks are and as the comparison's throughput workload does.
 
 The table ``bench_saturate`` (and its companion tables) is dropped and created again.
 """
@@ -20,6 +25,7 @@ import argparse
 import itertools
 import time
 from collections import defaultdict
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -64,6 +70,21 @@ def time_statements(engine: sa.Engine) -> dict[str, list[float]]:
     return seen
 
 
+def spread(scheduler: Scheduler, tasks: int, period: float) -> None:
+    """Give the tasks ``t0`` … evenly spread due times over one ``period``, from half a second
+    on (the rows running at that moment keep theirs, and fall into place within a few
+    periods)."""
+    table = sa.Table(TABLE, sa.MetaData(), autoload_with=scheduler.engine)
+    start = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+    with scheduler.engine.begin() as conn:
+        conn.execute(
+            sa.update(table)
+            .where(table.c.queue_name == sa.bindparam("n"), table.c.locked_by.is_(None))
+            .values(next_process_at=sa.bindparam("at")),
+            [{"n": f"t{i}", "at": start + timedelta(seconds=period * i / tasks)}
+             for i in range(tasks)])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.probes.saturate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="ANALYZE the tables after the warm-up (PostgreSQL statistics)")
     p.add_argument("--no-history", action="store_true", help="Scheduler(history=None)")
     p.add_argument("--statements", action="store_true", help="time each kind of statement")
+    p.add_argument("--spread", action="store_true",
+                   help="spread the tasks' phases evenly over the period (default: in phase)")
     p.add_argument("--ddl", action="append", default=[], metavar="SQL",
                    help="run after creating the table ({table} is its name), e.g. "
                         "'DROP INDEX {table}_claim_idx'; repeatable")
@@ -95,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
         scheduler.add(f"t{i}", noop, schedule=FixedRate(args.period))
     scheduler.start()
     try:
+        if args.spread:
+            spread(scheduler, args.tasks, args.period)
         time.sleep(args.warmup)
         if args.analyze and scheduler.engine.dialect.name == "postgresql":
             with scheduler.engine.begin() as conn:

@@ -26,8 +26,6 @@ __all__ = ["Finisher", "run_record"]
 
 log = engine_log("dbscheduler.finisher")
 
-FINISH_GATHER = 0.005
-"""Seconds a busy finisher lets a batch gather before writing it."""
 FINISH_BUSY = 0.02
 """The finisher counts as busy while its last write began less than this many seconds ago."""
 
@@ -42,7 +40,8 @@ class Finisher:
     def __init__(self, store: Store, node_id: str, heartbeat: Heartbeat, listeners: Listeners,
                  after_write: Callable[[datetime | None], None],
                  poll_interval: timedelta,
-                 row_exists: Callable[[str], bool] = lambda name: True) -> None:
+                 row_exists: Callable[[str], bool] = lambda name: True,
+                 gather: float = 0.0) -> None:
         self._poll_interval = poll_interval
         self._row_exists = row_exists
         self._store = store
@@ -56,6 +55,8 @@ class Finisher:
         self._idle = threading.Condition()
         self._faults = FaultLog(log, "writing finished executions")
         self._stopping = threading.Event()
+        self._gather = gather
+        """Seconds a busy finisher lets a batch gather before writing it."""
         self._thread = engine_thread(self._run, "dbscheduler-finish")
 
     def start(self) -> None:
@@ -105,7 +106,7 @@ class Finisher:
             # and each statement's fixed cost is then shared by a few dozen; idle, a finish
             # is written at once.
             now = time.monotonic()
-            until = now + FINISH_GATHER if now - last_write < FINISH_BUSY else now
+            until = now + self._gather if now - last_write < FINISH_BUSY else now
             batch = [first]
             while True:
                 try:

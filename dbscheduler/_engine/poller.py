@@ -44,12 +44,6 @@ expire and the jobs run again elsewhere."""
 GATHER_WAIT = 0.005
 """Rows are due but fewer than half of the workers are free: wait at most this long for more
 to free before picking."""
-PICK_AHEAD = 0.01
-"""A pick also takes the rows due within this many seconds, which then start at their due
-time from memory. A load spread over time (thousands of tasks at their own phases) is then
-picked and finished a few dozen rows per statement instead of one or two, and each
-statement's fixed cost on both sides of the wire is shared. A row held by another node is
-never taken ahead of its lease's end."""
 
 
 class Poller:
@@ -71,6 +65,7 @@ class Poller:
         finisher: Finisher,
         recovery: Recovery,
         reregister: Callable[[], None] = lambda: None,
+        ahead: float = 0.0,
     ) -> None:
         self._finisher = finisher
         self._recovery = recovery
@@ -94,6 +89,11 @@ class Poller:
         self._next_due: datetime | None = None
         self._next_due_known = False
         self._margin = safety_margin(lease)
+        # A pick also takes the rows due within ``ahead`` seconds (the dialect's batch window);
+        # they start at their due time from memory, so a load spread over time is picked a few
+        # dozen rows per statement. A row held by another node is never taken ahead of its
+        # lease's end.
+        self._ahead = ahead
         self._gather_until: float | None = None
         self._unreadable = Episodes()
         self._thread = engine_thread(self._run, "dbscheduler-poller")
@@ -191,7 +191,7 @@ class Poller:
         known = self._tasks.names()
         sent = time.monotonic()
         picked = self._store.pick(self._node_id, free, self._lease, known, self._in_flight(sent),
-                                  ahead=PICK_AHEAD)
+                                  ahead=self._ahead)
         received = time.monotonic()
         rows = picked.rows
         self._listeners.on_pick(free, len(rows))

@@ -76,6 +76,11 @@ class Dialect(StatementCache):
     returning_update: ClassVar[bool] = False
     """``UPDATE`` can return the rows it changed (``RETURNING`` / ``OUTPUT``) in one round
     trip; otherwise the engine reads them back by their fence or claim."""
+    batch_window: ClassVar[float] = 0.0
+    """Seconds a node may let work gather into one statement: a pick also takes the rows due
+    within it (each started at its due time, :func:`~.common.pick_due`), and a busy finisher
+    waits half of it for more finishes. Set where it was measured to help; 0 picks only what
+    is due and writes each finish batch at once."""
     read_options: ClassVar[dict[str, Any]] = {"isolation_level": "AUTOCOMMIT"}
     """Execution options of read-only statements: no BEGIN/COMMIT round trips around them."""
     insert_needs_transaction: ClassVar[bool] = True

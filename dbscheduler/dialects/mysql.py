@@ -126,6 +126,10 @@ class MySQLDialect(Dialect):
     name = "mysql"
     insert_needs_transaction = False
     transaction_isolation = "READ COMMITTED"
+    batch_window = 0.0
+    """Measured worse on MariaDB 10.11: with a window of 10 ms, one node offered 1,000
+    executions/s stalled for more than a period (100 ms) in three 3-second runs of four,
+    against one of eight without. Why is not known yet."""
 
     def finishing(self) -> Finishing:
         # A batch in two statements, its run rows' INSERT … SELECT and a multi-table UPDATE,
