@@ -77,15 +77,15 @@ def test_a_lease_ending_within_the_margin_is_refused_at_commit(rig: Rig) -> None
     dialect = dialect_for(engine)
     with engine.connect() as c:
         margin = dialect.fence_margin(c, bounds_for(LEASE))
-    # The lease ends before the margin the final check demands (any time short of it: the
-    # database's now only grows until the commit); the first check passes (it only asks for
-    # a lease not yet over). As late as it can be, so a loaded machine still reaches the
-    # first check before the lease is over (at half the margin, one did not).
-    with engine.begin() as other:
-        other.execute(sa.update(table).where(table.c.id == id_)
-                      .values(next_process_at=db_now_plus(margin * 0.95)))
+    # Once the first check has passed, the lease is made to end within the margin the final
+    # check demands (any time short of it: the database's now only grows until the commit).
+    # Shortened before the block, a loaded machine reached the first check after the lease
+    # was over (even at 0.95 of the margin), and the refusal came there instead.
     with pytest.raises(LeaseLost, match="at commit"), \
             fenced(_fence(id_, table), engine) as conn:
+        with engine.begin() as other:
+            other.execute(sa.update(table).where(table.c.id == id_)
+                          .values(next_process_at=db_now_plus(margin * 0.5)))
         conn.execute(effects.insert().values(token=7))
     assert _written(engine, effects) == []
 
