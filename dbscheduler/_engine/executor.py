@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import heapq
+import itertools
 import logging
-import queue
 import sys
 import threading
 import time
@@ -159,9 +160,21 @@ class Executor:
         self._running: dict[tuple[int, int], Execution] = {}
         self._started: set[tuple[int, int]] = set()
         self._closed = False
-        self._queue: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._stopping = False
+        self._pending: list[tuple[float, int, Execution]] = []
+        """Submitted and not yet taken by a worker: a heap by the time each may start (a row
+        picked ahead of its due time waits here, not in a worker)."""
+        self._submitted = itertools.count()
+        self._idle: list[threading.Lock] = []
+        """The wake-up locks of the workers waiting for work, the last to wait on top."""
+        self._timer: threading.Lock | None = None
+        """The wake-up lock of the one worker waiting for the earliest queued execution's
+        start time, if one does."""
+        self._timer_at = 0.0
+        self._waking = 0
+        """Workers woken and not yet back under the lock."""
         self._workers = [
-            engine_thread(self._work, f"dbscheduler-worker-{i}")
+            engine_thread(self._work, f"dbscheduler-worker-{i}", threading.Lock())
             for i in range(max_workers)
         ]
         for worker in self._workers:
@@ -186,14 +199,46 @@ class Executor:
         self.submit_many([ex])
 
     def submit_many(self, executions: list[Execution]) -> None:
-        """Queue a pick's executions: one lock for all of them."""
+        """Queue a pick's executions: one lock for all of them, at most one worker woken."""
         if not executions:
             return
         with self._lock:
             for ex in executions:
                 self._running[(ex.id, ex.token)] = ex
-        for ex in executions:
-            self._queue.put(ex)
+                heapq.heappush(self._pending, (ex.not_before, next(self._submitted), ex))
+            self._kick(time.monotonic())
+
+    def _kick(self, now: float) -> None:
+        """Wake the worker the queue needs next, if none is on its way already (the lock
+        held): an idle one for an execution that may start now, or one to wait for the
+        earliest start time, or the waiting one when an earlier start time came.
+
+        When each execution woke a worker, and each row picked ahead waited for its time in
+        a worker of its own, a load spread over time kept every worker taking turns on the
+        CPU (the node's CPU per execution was 8-17 % higher). A worker woken here wakes the
+        next as it takes its execution, so a function that blocks has the next one started
+        by another worker moments later, while quick ones run back to back on the workers
+        already awake.
+        """
+        if not self._pending or self._waking:
+            return
+        at = self._pending[0][0]
+        if at <= now:
+            if self._idle:
+                self._release(self._idle.pop())
+            elif self._timer is not None:  # every other worker is busy
+                self._release(self._timer)
+        elif self._timer is None:
+            if self._idle:
+                self._release(self._idle.pop())
+        elif at < self._timer_at:
+            self._release(self._timer)
+
+    def _release(self, wake: threading.Lock) -> None:
+        self._waking += 1
+        if wake is self._timer:
+            self._timer = None
+        wake.release()
 
     def close(self) -> list[Execution]:
         """Start no more functions; return the executions submitted but not started, which
@@ -203,18 +248,14 @@ class Executor:
             withdrawn = [ex for key, ex in self._running.items() if key not in self._started]
             for ex in withdrawn:
                 del self._running[(ex.id, ex.token)]
+            self._pending.clear()
             self._ended.notify_all()
         return withdrawn
 
-    def _work(self) -> None:
-        while (ex := self._queue.get()) is not None:
+    def _work(self, wake: threading.Lock) -> None:
+        wake.acquire()  # released by whoever wakes this worker
+        while (ex := self._take(wake)) is not None:
             key = (ex.id, ex.token)
-            wait = ex.not_before - time.monotonic()
-            if wait > 0:
-                # Picked ahead of its due time (a few milliseconds at most). Not yet started:
-                # a close() meanwhile withdraws it, as any execution still queued.
-                time.sleep(wait)
-                ex.started_mono = time.monotonic()
             with self._lock:
                 if self._closed or key not in self._running:
                     continue  # withdrawn by close(): never started
@@ -228,6 +269,46 @@ class Executor:
                 ex.returned = True
                 self._ended.notify_all()
             self._on_free()
+
+    def _take(self, wake: threading.Lock) -> Execution | None:
+        """The next execution that may start, waiting for one if none may yet; None once
+        shut down and nothing is queued."""
+        released = timed_out = False
+        while True:
+            with self._lock:
+                if released:
+                    self._waking -= 1
+                elif timed_out and self._timer is wake:
+                    self._timer = None
+                elif timed_out:  # woken just after its wait timed out: take that wake-up
+                    wake.acquire(blocking=False)
+                    self._waking -= 1
+                now = time.monotonic()
+                if self._pending:
+                    at, _, ex = self._pending[0]
+                    if at <= now:
+                        heapq.heappop(self._pending)
+                        if at > ex.started_mono:  # picked ahead: it starts now
+                            ex.started_mono = now
+                        self._kick(now)
+                        return ex
+                    if self._timer is None or at < self._timer_at:
+                        if self._timer is not None:  # it waits for a later time: idle now
+                            self._release(self._timer)
+                        self._timer, self._timer_at = wake, at
+                        timeout = at - now
+                    else:
+                        self._idle.append(wake)
+                        timeout = -1
+                elif self._stopping:
+                    if self._idle:  # pass the shutdown on
+                        self._release(self._idle.pop())
+                    return None
+                else:
+                    self._idle.append(wake)
+                    timeout = -1
+            released = wake.acquire(timeout=timeout)
+            timed_out = not released
 
     def wait(self, timeout: float | None) -> bool:
         """Wait for running functions up to ``timeout`` s (None: no limit); True when none is
@@ -248,8 +329,10 @@ class Executor:
         """Let the workers end once their current function returns."""
         # A thread stuck in a task that never returns cannot be killed: it is abandoned here
         # and dies with the process (its lease then expires).
-        for _ in self._workers:
-            self._queue.put(None)
+        with self._lock:
+            self._stopping = True
+            if self._idle:
+                self._release(self._idle.pop())
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
