@@ -264,6 +264,12 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE schedule
 
 GO
 
+-- Running upgrade dbscheduler_0011 -> dbscheduler_0012
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0012' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0011';
+
+GO
+
 COMMIT;
 
 GO

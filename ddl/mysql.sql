@@ -174,3 +174,7 @@ CREATE INDEX scheduled_tasks_rank_idx ON scheduled_tasks (priority, next_process
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010';
 
+-- Running upgrade dbscheduler_0011 -> dbscheduler_0012
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0012' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0011';
+

@@ -258,6 +258,12 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE schedule
 
 /
 
+-- Running upgrade dbscheduler_0011 -> dbscheduler_0012
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0012' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0011'
+
+/
+
 COMMIT
 
 /

@@ -174,5 +174,15 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE schedule
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010';
 
+-- Running upgrade dbscheduler_0011 -> dbscheduler_0012
+
+DROP INDEX scheduled_tasks_claim_idx;
+
+DROP INDEX scheduled_tasks_alert_idx;
+
+CREATE INDEX scheduled_tasks_alert_idx ON scheduled_tasks (alerted_at, alert_after) WHERE alert_after IS NOT NULL OR alerted_at IS NOT NULL;
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0012' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0011';
+
 COMMIT;
 

@@ -169,3 +169,7 @@ UPDATE scheduled_tasks_version SET version_num='dbscheduler_0010' WHERE schedule
 
 UPDATE scheduled_tasks_version SET version_num='dbscheduler_0011' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0010';
 
+-- Running upgrade dbscheduler_0011 -> dbscheduler_0012
+
+UPDATE scheduled_tasks_version SET version_num='dbscheduler_0012' WHERE scheduled_tasks_version.version_num = 'dbscheduler_0011';
+

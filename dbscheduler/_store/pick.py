@@ -56,7 +56,7 @@ def pick_rows(
             )
             _faultpoints.reached("pick")
     except sa.exc.DBAPIError as exc:
-        rows = _read_back(store, node_id, claim, exc)
+        rows = _read_back(store, node_id, claim, lease, exc)
     # A slow pick on a table the database has no statistics of gets them gathered.
     store.statistics.after(time.monotonic() - began)
     strangers = [r for r in rows if r["handler"] not in known]
@@ -101,12 +101,14 @@ def _conditions(store: Store, exclude: frozenset[int]) -> sa.ColumnElement[bool]
 
 
 def _read_back(
-    store: Store, node_id: str, claim: str, error: sa.exc.DBAPIError
+    store: Store, node_id: str, claim: str, lease: timedelta, error: sa.exc.DBAPIError
 ) -> list[PickedRow]:
-    """The rows the failed pick ``claim`` took after all; re-raises ``error`` if none."""
+    """The rows the failed pick ``claim`` took after all (leased for ``lease`` from the
+    pick, so no longer than that from now); re-raises ``error`` if none."""
     try:
         with store.read() as conn:
-            rows = store.dialect.claimed(conn, store.table, node_id=node_id, claim=claim)
+            rows = store.dialect.claimed(conn, store.table, node_id=node_id, claim=claim,
+                                         lease=lease)
     except sa.exc.DBAPIError:
         raise error from None
     if not rows:

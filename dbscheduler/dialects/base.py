@@ -464,17 +464,30 @@ class Dialect(StatementCache):
         return None
 
     def claimed(
-        self, conn: Connection, table: sa.Table, *, node_id: str, claim: str
+        self, conn: Connection, table: sa.Table, *, node_id: str, claim: str,
+        lease: timedelta | None = None,
     ) -> list[PickedRow]:
-        """The rows a pick stamped with ``claim`` and still held by ``node_id``."""
+        """The rows a pick stamped with ``claim`` and still held by ``node_id``.
+
+        With ``lease`` (the pick's), only rows whose lease runs out within it: the pick set
+        ``next_process_at`` to its own time plus the lease, so those are the ones it can have
+        taken, and the due-time index finds them where the claim has no index of its own
+        (:func:`~dbscheduler.table.claim_index`)."""
         t, b = table, sa.bindparam
+        conditions = [t.c.claim == b("c_claim", type_=t.c.claim.type),
+                      t.c.locked_by == b("c_node", type_=t.c.locked_by.type)]
+        if lease is not None:
+            conditions += [t.c.next_process_at > db_now(),
+                           t.c.next_process_at <= db_now_plus(seconds_param("c_lease"))]
         stmt = self.built("claimed", (table,), lambda: (
             sa.select(*picked_columns(t))
-            .where(t.c.claim == b("c_claim", type_=t.c.claim.type),
-                   t.c.locked_by == b("c_node", type_=t.c.locked_by.type))
+            .where(*conditions)
             .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
-        ))
-        return row_dicts(conn.execute(stmt, {"c_claim": claim, "c_node": node_id}))
+        ), lease is not None)
+        values: dict[str, Any] = {"c_claim": claim, "c_node": node_id}
+        if lease is not None:
+            values["c_lease"] = lease.total_seconds()
+        return row_dicts(conn.execute(stmt, values))
 
     def finishing(self) -> Finishing:
         """How a batch of finishes reaches this database (:mod:`.finishing`), asked once
