@@ -12,8 +12,8 @@ Create Date: 2026-11-29
   OR alerted_at IS NOT NULL``: the lateness check reads only such rows from it.
 
 Every update that is not HOT adds an entry to each index of its row; a pick and a finish are
-such updates. Without these two entries each, the server's CPU per execution fell by about a
-seventh. Other databases are left as they are: MySQL/MariaDB and Oracle read every pick's
+such updates. Without these two entries each, the server's CPU per execution fell by about
+8 %. Other databases are left as they are: MySQL/MariaDB and Oracle read every pick's
 rows back by their claim, SQLite was not found to gain, SQL Server was not measured.
 
 Existing rows keep every value. Building the alert index again reads the whole table and
