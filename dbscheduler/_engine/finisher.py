@@ -49,8 +49,8 @@ class Finisher:
         self._heartbeat = heartbeat
         self._listeners = listeners
         self._after_write = after_write
-        # The C queue: every execution's end passes here, and the pure-Python queue's
-        # condition variable cost the workers a few per cent of the node's CPU.
+        # The C queue: every execution's end passes here, and the pure-Python queue's lock
+        # and condition variable were a visible part of the workers' profile.
         self._queue: queue.SimpleQueue[Ended | None] = queue.SimpleQueue()
         self._pending = 0
         self._unwritten: dict[tuple[int, int], Execution] = {}

@@ -146,8 +146,10 @@ def slow_and_hung(env: Env) -> Report:
     lease, rate, poll = 2.4, 0.4, 0.25
     slow_work = 3.0  # 3.75 heartbeats (every lease / 3)
     # The hanger's execution keeps its lease after shutdown until the process exits; then
-    # the lease expires and another node takes the task.
-    hang_lease, shutdown_timeout = 3.0, 1.0
+    # the lease expires and another node takes the task. The lease runs from the hanger's
+    # last heartbeat, up to a third of it before the SIGTERM: with 3 s, a loaded run whose
+    # hanger took 3.35 s to exit (1.2-1.7 s usually) saw the lease end as it exited.
+    hang_lease, shutdown_timeout = 6.0, 1.0
     n_tasks = 6
     tasks = ([f"task-{i}" for i in range(n_tasks)] + [f"slow-{i}" for i in range(3)]
              + ["hang-0"])
