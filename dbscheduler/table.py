@@ -228,6 +228,10 @@ def claim_index(name: str, revision: int = REVISION) -> sa.Index:
     return index
 
 
+ALERT_INDEX_WHERE = sa.text("alert_after IS NOT NULL OR alerted_at IS NOT NULL")
+"""The rows :func:`alert_index` keeps on PostgreSQL."""
+
+
 def alert_index(name: str, revision: int = REVISION) -> sa.Index:
     """``<name>_alert_idx (alerted_at, alert_after)``, for the lateness check's reads of rows
     past their dead-man limit and of alerts that recovered. From revision 12, on PostgreSQL,
@@ -238,10 +242,6 @@ def alert_index(name: str, revision: int = REVISION) -> sa.Index:
         return sa.Index(f"{name}_alert_idx", "alerted_at", "alert_after")
     return sa.Index(f"{name}_alert_idx", "alerted_at", "alert_after",
                     postgresql_where=ALERT_INDEX_WHERE)
-
-
-ALERT_INDEX_WHERE = sa.text("alert_after IS NOT NULL OR alerted_at IS NOT NULL")
-"""The rows :func:`alert_index` keeps on PostgreSQL."""
 
 
 def rank_index(name: str) -> sa.Index:

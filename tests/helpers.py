@@ -114,3 +114,11 @@ def sqlite_write_lock_free(path: str) -> bool:
         return False
     finally:
         conn.close()
+
+
+def rows_read(conn: sa.Connection, table: str) -> int:
+    """Rows this PostgreSQL transaction has read from ``table`` so far, by scans and index
+    lookups (``pg_stat_xact_user_tables``)."""
+    return int(conn.exec_driver_sql(
+        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+        "FROM pg_stat_xact_user_tables WHERE relname = %(name)s", {"name": table}).scalar_one())

@@ -224,15 +224,19 @@ class Executor:
             return
         at = self._pending[0][0]
         if at <= now:
-            if self._idle:
-                self._release(self._idle.pop())
-            elif self._timer is not None:  # every other worker is busy
+            if not self._wake_idle() and self._timer is not None:  # all others are busy
                 self._release(self._timer)
         elif self._timer is None:
-            if self._idle:
-                self._release(self._idle.pop())
+            self._wake_idle()
         elif at < self._timer_at:
             self._release(self._timer)
+
+    def _wake_idle(self) -> bool:
+        """Wake the worker that waited last, if one waits for work (the lock held)."""
+        if not self._idle:
+            return False
+        self._release(self._idle.pop())
+        return True
 
     def _release(self, wake: threading.Lock) -> None:
         self._waking += 1
@@ -301,8 +305,7 @@ class Executor:
                         self._idle.append(wake)
                         timeout = -1
                 elif self._stopping:
-                    if self._idle:  # pass the shutdown on
-                        self._release(self._idle.pop())
+                    self._wake_idle()  # pass the shutdown on
                     return None
                 else:
                     self._idle.append(wake)
@@ -331,8 +334,7 @@ class Executor:
         # and dies with the process (its lease then expires).
         with self._lock:
             self._stopping = True
-            if self._idle:
-                self._release(self._idle.pop())
+            self._wake_idle()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 

@@ -20,6 +20,7 @@ from dbscheduler._store.pick import _conditions
 from dbscheduler.dialects import create_engine
 from dbscheduler.table import make_table
 from tests.harness.migrations import upgrade_populated
+from tests.helpers import rows_read
 
 T0 = datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=timezone.utc)
 PREVIOUS = 11
@@ -113,9 +114,9 @@ def test_postgresql_reads_late_rows_through_the_partial_alert_index(
         store = Store(create_engine(url, lease=LEASE), table)
         try:
             with store.read() as conn:
-                before = _rows_read(conn, t.name)
+                before = rows_read(conn, t.name)
                 late = late_rows(store, timedelta(hours=1), one_offs=False)
-                read = _rows_read(conn, t.name) - before
+                read = rows_read(conn, t.name) - before
         finally:
             store.engine.dispose()
         assert sorted((x.kind, x.id) for x in late) == sorted(
@@ -124,9 +125,3 @@ def test_postgresql_reads_late_rows_through_the_partial_alert_index(
         assert read < 100, read
     finally:
         engine.dispose()
-
-
-def _rows_read(conn: sa.Connection, table: str) -> int:
-    return int(conn.exec_driver_sql(
-        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-        "FROM pg_stat_xact_user_tables WHERE relname = %(name)s", {"name": table}).scalar_one())

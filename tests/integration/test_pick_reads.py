@@ -23,6 +23,7 @@ from dbscheduler._store.handlers import handler_params
 from dbscheduler._store.pick import _conditions
 from dbscheduler.dialects import create_engine
 from dbscheduler.dialects.finishing import joined_statements
+from tests.helpers import rows_read
 
 LEASE = timedelta(seconds=30)
 DUE = 2_000
@@ -110,19 +111,14 @@ def test_a_postgresql_pick_keeps_one_generic_plan_that_reads_about_the_rows_it_t
             "WHERE statement LIKE '%%p_names_h%%' AND statement LIKE 'WITH%%'").all()
         assert plans and plans[0][0] > 0, plans  # (generic plans, custom plans)
         assert plans[0][1] <= 6, plans
-        before = _reads(conn, t.name)
+        before = rows_read(conn, t.name)
         pick(conn)
-        read = _reads(conn, t.name) - before
+        read = rows_read(conn, t.name) - before
         tx.rollback()
     # The generic plan walks the due-time index up to its limit too: never all 2,000 rows.
     assert read <= 4 * LIMIT, read
 
 
-def _reads(conn: sa.Connection, table: str) -> int:
-    """Rows this transaction has read from ``table`` so far, by scans and index lookups."""
-    return int(conn.exec_driver_sql(
-        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
-        "FROM pg_stat_xact_user_tables WHERE relname = %(name)s", {"name": table}).scalar_one())
 
 def test_sqlite_looks_up_a_joined_finishs_rows_by_key(store: Store, backend: str) -> None:
     if backend != "sqlite":
