@@ -47,39 +47,45 @@ fi
 
 "${dbscheduler[@]}" migrate
 
+# Each node's output also goes to a file, so that the script can see the moment a node starts
+# the long task: a `dbscheduler` call starts a Python process (a second or more on a busy
+# machine), so what it reports may be seconds old when it arrives.
+logs=$(mktemp -d)
 declare -A pids=()
 stop_nodes() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$logs"
 }
 trap stop_nodes EXIT
 
 for n in 1 2 3; do
     NODE_ID="node-$n" "${dbscheduler[@]}" run examples.cluster_app:scheduler \
-        > >(sed -u "s/^/[node-$n] /") 2>&1 &
+        > >(tee "$logs/node-$n.log" | sed -u "s/^/[node-$n] /") 2>&1 &
     pids["node-$n"]=$!
 done
 
-# "RUNS node-N" while rebuild-index runs on node-N (RUNS = runs started, ever), else "RUNS -".
-rebuild_index_state() {
-    "${dbscheduler[@]}" show rebuild-index --json 2>/dev/null | sed -n \
-        -e 's/^  "locked_by": "\(node-[0-9]*\)",$/\1/p' -e 's/^  "locked_by": null,$/-/p' \
-        -e 's/^  "total_attempt": \([0-9]*\),$/\1/p' | paste -sd ' '
+# How many times each live node has logged PATTERN so far, as "node-1=2 node-3=1".
+count_lines() {
+    local node
+    for node in "${!pids[@]}"; do
+        echo "$node=$(grep -c -- "$1" "$logs/$node.log" 2>/dev/null || true)"
+    done | sort | paste -sd ' '
 }
 
-# The node that has just started a run of rebuild-index (the 4 s task): killing it then surely
-# cuts a run short. A node picked at a random moment may be finishing its run already.
-node_that_just_started() {
-    local first now node runs
-    first=$(rebuild_index_state)
-    for _ in $(seq 60); do
-        sleep 0.2
-        now=$(rebuild_index_state)
-        read -r runs node <<< "$now"
-        if [[ $now != "$first" && $node == node-* && -n ${pids[$node]:-} ]]; then
-            echo "$node"
-            return
-        fi
+# The first live node to log PATTERN from now on (within TIMEOUT seconds), else nothing.
+next_to_log() {
+    local before now node
+    before=" $(count_lines "$1") "
+    for _ in $(seq $(( $2 * 10 ))); do
+        sleep 0.1
+        for node in "${!pids[@]}"; do
+            now=$(grep -c -- "$1" "$logs/$node.log" 2>/dev/null || true)
+            if [[ $before != *" $node=$now "* ]]; then
+                echo "$node"
+                return
+            fi
+        done
     done
 }
 
@@ -95,15 +101,10 @@ shown_pending() {
 }
 while (( SECONDS - start < duration )) || shown_pending; do
     sleep "$list_every"
-    if [[ $killed == yes && $taken_over == no ]]; then
-        read -r _ node <<< "$(rebuild_index_state)"
-        if [[ $node == node-* && $node != "$victim" ]]; then
-            echo "=== $node took rebuild-index over from $victim"
-            taken_over=yes
-        fi
-    fi
     if [[ $killed == no ]] && (( kill_after > 0 && SECONDS - start >= kill_after )); then
-        victim=$(node_that_just_started)
+        # The node that has just started a run of the 4 s task: killing it now surely cuts
+        # that run short (a node picked at a random moment may be finishing its run already).
+        victim=$(next_to_log "rebuild-index starts" 30)
         if [[ -n $victim ]]; then
             echo "=== kill -9 $victim while it runs rebuild-index;" \
                  "another node takes it over when the lease (6 s) expires"
@@ -111,6 +112,12 @@ while (( SECONDS - start < duration )) || shown_pending; do
             wait "${pids[$victim]}" 2>/dev/null || true
             unset "pids[$victim]"
             killed=yes
+            # Another node retries the lost run as attempt 2 once the lease has expired.
+            heir=$(next_to_log "rebuild-index resumes" 60)
+            if [[ -n $heir ]]; then
+                echo "=== $heir took rebuild-index over from $victim"
+                taken_over=yes
+            fi
         fi
     fi
     echo "=== dbscheduler list ($(( SECONDS - start )) s)"

@@ -60,6 +60,8 @@ def rebuild_index(ctx: TaskContext) -> None:
     """
     if ctx.attempt > 1:
         log.info("rebuild-index resumes: attempt %d of this occurrence", ctx.attempt)
+    else:
+        log.info("rebuild-index starts (run #%d)", ctx.total_attempt)
     for _ in range(40):
         if ctx.stop_requested.wait(0.1):
             log.info("rebuild-index asked to stop; leaving early")
