@@ -95,7 +95,7 @@ class StoreBase:
         self.finish_statements: dict[tuple[bool, bool], sa.Executable] = {}
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""
-        self.joined_statements: dict[tuple[bool | str, int], Any] = {}
+        self.joined_statements: dict[tuple[Any, ...], Any] = {}
         """MySQL's batch finish by (with run rows, batch size), and the batch delete of
         finished one-off jobs by ("delete", batch size), built once."""
         self.row_statements: dict[tuple[str, bool], sa.Executable] = {}

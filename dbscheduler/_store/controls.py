@@ -62,7 +62,11 @@ def eligible(store: StoreBase, t: sa.FromClause, tags: Collection[str], *,
     key = (t, frozenset(tags), groups)
     cached = store._eligible.get(key)
     if cached is None:
-        tagged = sa.or_(t.c.requires.is_(None), t.c.requires.in_(sorted(tags)))
+        # One bound value per tag, not an expanding list: that one is rendered again at every
+        # execution (and for no tags it is only ever false).
+        tagged = sa.or_(t.c.requires.is_(None),
+                        *([t.c.requires.in_([sa.literal(tag) for tag in sorted(tags)])]
+                          if tags else []))
         cached = sa.and_(
             tagged,
             sa.or_(t.c.task_group.is_(None),

@@ -19,6 +19,7 @@ seam, :class:`FinishTarget`, and what it writes is a :class:`FinishRow` per exec
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -26,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.types import TypeEngine
 
 from .._engine import faultpoints as _faultpoints
 from .common import db_now
@@ -38,7 +40,9 @@ __all__ = [
     "FinishTarget",
     "Finishing",
     "JoinedChunks",
+    "JoinedRows",
     "RowByRow",
+    "UnionRows",
     "batch_columns",
     "delete_joined",
     "finished_values",
@@ -46,6 +50,7 @@ __all__ = [
     "joined_statements",
     "run_fields",
     "write_joined",
+    "written_type",
 ]
 
 RUN_COLUMNS = ("task_name", "token", "attempt", "node_id", "scheduled_at", "started_at",
@@ -105,7 +110,7 @@ class FinishTarget(Protocol):
     channel: str
     """Where a finish that makes a row due soon wakes the other nodes (``NOTIFY``)."""
     finish_statements: dict[tuple[bool, bool], sa.Executable]
-    joined_statements: dict[tuple[bool | str, int], Any]
+    joined_statements: dict[tuple[Any, ...], Any]
     row_statements: dict[tuple[str, bool], sa.Executable]
 
 
@@ -181,9 +186,10 @@ class JoinedChunks(Finishing):
 
     joins_run_rows = True
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, rows: JoinedRows | None = None) -> None:
         super().__init__(most)
         self.most = most
+        self.rows: JoinedRows = rows or UnionRows()
 
     def write(self, target: FinishTarget, conn: Connection, node_id: str,
               writes: Sequence[R], notify: bool,
@@ -193,7 +199,7 @@ class JoinedChunks(Finishing):
         alone: list[R] = []
         for start in range(0, len(writes), self.most):
             chunk = writes[start : start + self.most]
-            joined = (write_joined(target, conn, node_id, chunk, self.most)
+            joined = (write_joined(target, conn, node_id, chunk, self.most, self.rows)
                       if len(chunk) > 1 else None)
             if joined is None:
                 alone += chunk
@@ -203,11 +209,18 @@ class JoinedChunks(Finishing):
 
 
 # -- what every batch statement writes ------------------------------------------------------
-def batch_columns(target: FinishTarget, history: bool) -> list[sa.ColumnClause[Any]]:
+def batch_columns(target: FinishTarget, history: bool) -> tuple[sa.ColumnClause[Any], ...]:
     """The columns of a batch's rows (``w_*``, and ``r_*`` for its run rows with
     ``history``), typed like the columns they are written to."""
-    t, runs = target.table, target.runs_table
-    return [
+    return _batch_columns(target.table, target.runs_table, history)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_columns(t: sa.Table, runs: sa.Table,
+                   history: bool) -> tuple[sa.ColumnClause[Any], ...]:
+    # Kept: sixteen column objects made for every finish cost a busy node more than the
+    # finish's own parameters.
+    return (
         sa.column("w_id", sa.BigInteger()),
         sa.column("w_token", sa.BigInteger()),
         sa.column("w_next", UTCDateTime()),
@@ -217,7 +230,7 @@ def batch_columns(target: FinishTarget, history: bool) -> list[sa.ColumnClause[A
         sa.column("w_error", t.c.last_error.type),
         sa.column("w_set_payload", sa.Boolean()),
         sa.column("w_payload", t.c.payload.type),
-        *([
+        *((
             sa.column("r_log", sa.Boolean()),
             sa.column("r_name", runs.c.task_name.type),
             sa.column("r_token", sa.BigInteger()),
@@ -225,8 +238,8 @@ def batch_columns(target: FinishTarget, history: bool) -> list[sa.ColumnClause[A
             sa.column("r_node", runs.c.node_id.type),
             sa.column("r_scheduled", UTCDateTime()),
             sa.column("r_started", UTCDateTime()),
-        ] if history else []),
-    ]
+        ) if history else ()),
+    )
 
 
 def finished_values(
@@ -263,7 +276,7 @@ def has_runs(target: FinishTarget, writes: Sequence[R]) -> bool:
 # -- databases that join the batch's rows as a derived table (MySQL/MariaDB, SQLite) -------
 def write_joined(
     target: FinishTarget, conn: Connection, node_id: str, writes: Sequence[R],
-    most: int,
+    most: int, rows: JoinedRows | None = None,
 ) -> set[int] | None:
     """The batch in two statements instead of two per execution: the run rows first, one
     ``INSERT … SELECT`` joining the batch's rows to the tasks they still hold (fenced, as a
@@ -282,19 +295,15 @@ def write_joined(
     >>> write_joined(store, conn, "node-1", writes, 256)  # doctest: +SKIP
     {12, 13}
     """
+    rows = rows or UnionRows()
     history = has_runs(target, writes)
-    size = _padded(len(writes))
-    if size > most:
+    size = rows.size(len(writes))
+    if len(writes) > most:
         raise ValueError(f"at most {most} writes per joined finish, not {len(writes)}")
-    insert, update = joined_statements(target, history, size)
+    insert, update = joined_statements(target, history, size, rows)
     params: dict[str, Any] = {"j_node": node_id, "j_marker": uuid.uuid4().hex}
-    names = _NAMES_HISTORY if history else _NAMES
-    for n, w in enumerate(writes):
-        for name, value in zip(names, _row_values(w, history), strict=True):
-            params[f"j{n}_{name}"] = value
-    for n in range(len(writes), size):
-        for name in names:
-            params[f"j{n}_{name}"] = 0 if name in _FLAGS else None
+    params.update(rows.params(_NAMES_HISTORY if history else _NAMES,
+                              [_row_values(w, history) for w in writes], size))
     if insert is not None:
         try:
             # One autocommit statement: it inserts all its rows or none.
@@ -312,24 +321,72 @@ def write_joined(
         sa.select(t.c.id).where(t.c.id.in_(ids), t.c.claim == params["j_marker"]))}
 
 
-def _padded(rows: int) -> int:
-    # Past 8, padded to a multiple of 8 with rows that match nothing (no id, no run row):
-    # a few dozen statements, each built and compiled once, instead of one per number of
-    # rows, for at most 7 rows of parameters more.
-    return rows if rows <= 8 else -(-rows // 8) * 8
+class JoinedRows(Protocol):
+    """How a joined finish hands the server its batch's rows: a derived table ``w`` whose
+    columns are named as the batch's columns, and the parameters that fill it."""
+
+    kind: str
+    """Names the way, for the statements kept built."""
+
+    def size(self, rows: int) -> int:
+        """The size the statement is built for, for a batch of ``rows`` (0: any size)."""
+        ...
+
+    def source(self, target: FinishTarget, columns: Sequence[sa.ColumnClause[Any]],
+               size: int, names: Sequence[str]) -> sa.Subquery:
+        """The derived table ``w`` of ``columns`` for a batch of ``size`` rows whose values
+        :meth:`params` is given in the order of ``names``."""
+        ...
+
+    def params(self, names: Sequence[str], rows: Sequence[tuple[Any, ...]],
+               size: int) -> dict[str, Any]:
+        """The parameters of :meth:`source` for ``rows``, their values in the order of
+        ``names``."""
+        ...
+
+
+class UnionRows:
+    """The rows as ``(SELECT :j0_w_id AS w_id, … UNION ALL SELECT …) AS w``: every value its
+    own parameter, one statement per batch size (padded past 8 rows)."""
+
+    kind = "union"
+
+    def size(self, rows: int) -> int:
+        # Past 8, padded to a multiple of 8 with rows that match nothing (no id, no run row):
+        # a few dozen statements, each built and compiled once, instead of one per number of
+        # rows, for at most 7 rows of parameters more.
+        return rows if rows <= 8 else -(-rows // 8) * 8
+
+    def source(self, target: FinishTarget, columns: Sequence[sa.ColumnClause[Any]],
+               size: int, names: Sequence[str]) -> sa.Subquery:
+        return _union_rows(target, columns, size)
+
+    def params(self, names: Sequence[str], rows: Sequence[tuple[Any, ...]],
+               size: int) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for n, row in enumerate(rows):
+            for name, value in zip(names, row, strict=True):
+                params[f"j{n}_{name}"] = value
+        for n in range(len(rows), size):
+            for name in names:
+                params[f"j{n}_{name}"] = 0 if name in _FLAGS else None
+        return params
 
 
 def joined_statements(
-    target: FinishTarget, history: bool, size: int
+    target: FinishTarget, history: bool, size: int, rows: JoinedRows | None = None,
 ) -> tuple[sa.Executable | None, sa.Executable]:
-    """The run rows' insert (with ``history``) and the fenced update for a batch of ``size``,
-    built once per size: parameters ``j<n>_<column>``, ``j_node`` and ``j_marker``."""
-    key = (history, size)
+    """The run rows' insert (with ``history``) and the fenced update for a batch of ``size``
+    (see :meth:`JoinedRows.size`), built once per size: parameters those of ``rows``,
+    ``j_node`` and ``j_marker``."""
+    rows = rows or UnionRows()
+    key = (history, size, rows.kind)
     cached: tuple[sa.Executable | None, sa.Executable] | None = target.joined_statements.get(key)
     if cached is not None:
         return cached
     t = target.table
     columns = {c.name: c for c in batch_columns(target, history)}
+    names = _NAMES_HISTORY if history else _NAMES
     node = sa.bindparam("j_node", type_=t.c.locked_by.type)
 
     def fence(v: sa.Subquery) -> sa.ColumnElement[bool]:
@@ -338,15 +395,14 @@ def joined_statements(
 
     insert = None
     if history:
-        # Each statement's rows carry only the columns it reads: PyMySQL escapes every
-        # parameter in Python.
-        r = _union_rows(target, [columns[n] for n in _INSERT_NAMES], size)
+        # Each statement's rows carry only the columns it reads.
+        r = rows.source(target, [columns[n] for n in _INSERT_NAMES], size, names)
         source = sa.select(
             r.c.r_name, r.c.r_token, r.c.r_attempt, r.c.r_node, r.c.r_scheduled,
             r.c.r_started, db_now(), r.c.w_status, r.c.w_error,
         ).select_from(t.join(r, fence(r))).where(r.c.r_log == 1)
         insert = sa.insert(target.runs_table).from_select(list(RUN_COLUMNS), source)
-    v = _union_rows(target, [columns[n] for n in _NAMES], size)
+    v = rows.source(target, [columns[n] for n in _NAMES], size, names)
     update = (
         sa.update(t)
         .where(fence(v))
@@ -375,24 +431,24 @@ def _row_values(w: FinishRow, history: bool) -> tuple[Any, ...]:
             *((1 if w.run is not None else 0, *run_fields(w.run)[1:]) if history else ()))
 
 
+def written_type(target: FinishTarget, column: sa.ColumnClause[Any]) -> TypeEngine[Any]:
+    """The type of a joined batch's ``column`` (of :func:`batch_columns`): that of the table
+    column it is written to, flags as integers (every database compares them alike)."""
+    if column.name in _FLAGS:
+        return sa.Integer()
+    written = {"w_next": target.table.c.next_process_at,
+               "r_scheduled": target.runs_table.c.scheduled_at,
+               "r_started": target.runs_table.c.started_at}.get(column.name)
+    return column.type if written is None else written.type
+
+
 def _union_rows(
     target: FinishTarget, columns: Sequence[sa.ColumnClause[Any]], size: int
 ) -> sa.Subquery:
     """``size`` rows as ``(SELECT :j0_w_id AS w_id, … UNION ALL SELECT …) AS w``, each value a
-    parameter typed like the column it is written to (flags as integers: every database
-    compares them alike)."""
-    t = target.table
-    types: dict[str, Any] = {"w_next": t.c.next_process_at.type,
-                             "r_scheduled": target.runs_table.c.scheduled_at.type,
-                             "r_started": target.runs_table.c.started_at.type}
-
-    def typed(c: sa.ColumnClause[Any]) -> Any:
-        if c.name in _FLAGS:
-            return sa.Integer()
-        return types.get(c.name, c.type)
-
+    parameter typed by :func:`written_type`."""
     selects = [
-        sa.select(*(sa.bindparam(f"j{n}_{c.name}", type_=typed(c)).label(c.name)
+        sa.select(*(sa.bindparam(f"j{n}_{c.name}", type_=written_type(target, c)).label(c.name)
                     for c in columns))
         for n in range(size)
     ]
@@ -419,7 +475,7 @@ def delete_joined(
     {12, 13}
     """
     history = has_runs(target, writes)
-    size = _padded(len(writes))
+    size = UnionRows().size(len(writes))
     if size > most:
         raise ValueError(f"at most {most} writes per joined delete, not {len(writes)}")
     params: dict[str, Any] = {"j_node": node_id}

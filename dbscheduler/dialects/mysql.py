@@ -59,7 +59,7 @@ from .common import (
     pick_due,
     pick_params,
 )
-from .finishing import Finishing, JoinedChunks
+from .finishing import Finishing, FinishTarget, JoinedChunks, written_type
 from .sessions import idle_transaction_timeout
 from .types import Flag, UTCDateTime
 
@@ -135,7 +135,7 @@ class MySQLDialect(Dialect):
     def finishing(self) -> Finishing:
         # A batch in two statements, its run rows' INSERT … SELECT and a multi-table UPDATE,
         # each joining the batch's rows: no data-modifying CTE to make it one.
-        return JoinedChunks(256)
+        return JoinedChunks(256, JsonRows())
 
     def bound_sessions(self, engine: Engine, lease: timedelta, url: URL) -> None:
         """Every session READ COMMITTED (the pick then takes no gap locks, which made
@@ -380,9 +380,7 @@ class MySQLDialect(Dialect):
 
     def _json_value(self, value: Any) -> Any:
         if isinstance(value, datetime):
-            if value.tzinfo is None or value.utcoffset() is None:
-                raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
-            return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+            return _utc_text(value)
         if isinstance(value, bool):
             return int(value)
         return value
@@ -615,3 +613,48 @@ def _fence_settings(conn: Connection) -> tuple[str, ...]:
     if _is_mariadb(conn):
         return "idle_transaction_timeout", "innodb_lock_wait_timeout"
     return "wait_timeout", "max_execution_time"
+
+
+class JsonRows:
+    """A joined finish's rows as one JSON parameter read through ``JSON_TABLE``: the
+    statement's text is the same for any number of rows, and its values are encoded by the
+    json module in one call, where a ``UNION`` of parameters had the driver escape and format
+    each of a batch's several hundred values in Python and the server parse them all."""
+
+    kind = "json"
+
+    def size(self, rows: int) -> int:
+        return 0
+
+    def source(self, target: FinishTarget, columns: Sequence[sa.ColumnClause[Any]],
+               size: int, names: Sequence[str]) -> sa.Subquery:
+        typed = [(c.name, written_type(target, c)) for c in columns]
+        paths = ", ".join(
+            f"{name} {MySQLDialect._json_column_type(type_)} PATH '$[{names.index(name)}]'"
+            for name, type_ in typed)
+        rows = sa.text(f"JSON_TABLE(:j_rows, '$[*]' COLUMNS ({paths})) AS j").bindparams(
+            sa.bindparam("j_rows", type_=sa.UnicodeText()))
+        return (sa.select(*(sa.literal_column(f"j.{name}", type_).label(name)
+                            for name, type_ in typed))
+                .select_from(rows).subquery("w"))
+
+    def params(self, names: Sequence[str], rows: Sequence[tuple[Any, ...]],
+               size: int) -> dict[str, Any]:
+        return {"j_rows": json.dumps(rows, default=_json_default)}
+
+
+def _utc_text(value: datetime) -> str:
+    """An aware time as the text of a ``DATETIME(6)`` in UTC."""
+    if value.tzinfo is not timezone.utc:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
+        value = value.astimezone(timezone.utc)
+    # "2026-11-29 21:00:00.123456+00:00" without its offset; twice as fast as strftime.
+    return value.isoformat(" ", "microseconds")[:26]
+
+
+def _json_default(value: Any) -> Any:
+    """What ``json.dumps`` cannot encode itself: times (as :func:`_utc_text`)."""
+    if isinstance(value, datetime):
+        return _utc_text(value)
+    raise TypeError(f"{type(value).__name__} cannot be written as JSON")

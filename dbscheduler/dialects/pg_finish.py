@@ -118,7 +118,7 @@ class OneStatement(Finishing):
         self,
         cache: dict[K, sa.Executable],
         key: K,
-        columns: list[sa.ColumnClause[Any]],
+        columns: Sequence[sa.ColumnClause[Any]],
         rows: list[tuple[Any, ...]],
         build: Callable[[sa.FromClause], sa.Executable],
     ) -> tuple[sa.Executable, dict[str, Any]]:

@@ -676,7 +676,7 @@ def test_mssql_pick_is_one_update_of_a_locked_cte_with_output(mssql: Rig) -> Non
         "scheduled_tasks.queue_name AS "
     ), sql
     assert ("FROM scheduled_tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) "
-            "WHERE scheduled_tasks.paused = ? AND (scheduled_tasks.requires IS NULL OR ") in sql
+            "WHERE scheduled_tasks.paused = ? AND scheduled_tasks.requires IS NULL ") in sql
     # Rows of full groups are left alone, inside the locked read.
     assert ("AND (scheduled_tasks.task_group IS NULL OR (scheduled_tasks.task_group NOT IN "
             "(SELECT full_groups.name FROM (SELECT scheduled_tasks_groups.name AS name FROM "
@@ -779,7 +779,7 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
         "prev_last_started_at=scheduled_tasks.last_started_at, claim=:p_claim, "), sql
     # The due condition is on the updated row itself: a row another picker took while this
     # statement waited for its lock is re-evaluated (write consistency) and skipped.
-    assert "WHERE scheduled_tasks.paused = :paused_1 AND (scheduled_tasks.requires IS NULL" in sql
+    assert "WHERE scheduled_tasks.paused = :paused_1 AND scheduled_tasks.requires IS NULL" in sql
     assert ("full_groups))) AND (scheduled_tasks.handler IN (SELECT p_names_h.name FROM "
             "(SELECT name FROM JSON_TABLE(:p_names, '$[*]' COLUMNS (name VARCHAR2(1020 CHAR) "
             "PATH '$')) jt) p_names_h) OR :p_lacks = :param_1 AND ") in sql
@@ -795,7 +795,7 @@ def test_oracle_pick_is_one_update_then_a_read_of_its_claim(oracle: Rig) -> None
     assert update.params["p_names"] == json.dumps(names) and update.params["p_lacks"] == 0
     assert update.params["p_ahead"] == 0.0
     assert re.search(r"AND scheduled_tasks\.id IN \(SELECT due\.id FROM scheduled_tasks due "
-                     r"WHERE due\.paused = :paused_2 AND \(due\.requires IS NULL .* AND "
+                     r"WHERE due\.paused = :paused_2 AND due\.requires IS NULL .* AND "
                      r"\(due\.handler IN \(.*\) AND due\.next_process_at <= \(FROM_TZ\(.*"
                      r"ORDER BY due\.priority DESC, due\.next_process_at FETCH FIRST 3 ROWS "
                      r"ONLY\)$", sql), sql
