@@ -473,17 +473,19 @@ class Dialect(StatementCache):
         ``next_process_at`` to its own time plus the lease, so those are the ones it can have
         taken, and the due-time index finds them where the claim has no index of its own
         (:func:`~dbscheduler.table.claim_index`)."""
-        t, b = table, sa.bindparam
-        conditions = [t.c.claim == b("c_claim", type_=t.c.claim.type),
-                      t.c.locked_by == b("c_node", type_=t.c.locked_by.type)]
-        if lease is not None:
-            conditions += [t.c.next_process_at > db_now(),
-                           t.c.next_process_at <= db_now_plus(seconds_param("c_lease"))]
-        stmt = self.built("claimed", (table,), lambda: (
-            sa.select(*picked_columns(t))
-            .where(*conditions)
-            .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id)
-        ), lease is not None)
+        def build() -> sa.Select[Any]:
+            t, b = table, sa.bindparam
+            conditions = [t.c.claim == b("c_claim", type_=t.c.claim.type),
+                          t.c.locked_by == b("c_node", type_=t.c.locked_by.type)]
+            if lease is not None:
+                conditions += [t.c.next_process_at > db_now(),
+                               t.c.next_process_at <= db_now_plus(seconds_param("c_lease"))]
+            return (sa.select(*picked_columns(t))
+                    .where(*conditions)
+                    .order_by(t.c.priority.desc(), t.c.prev_next_process_at, t.c.id))
+
+        # Built once: MySQL reads every pick back through it.
+        stmt = self.built("claimed", (table,), build, lease is not None)
         values: dict[str, Any] = {"c_claim": claim, "c_node": node_id}
         if lease is not None:
             values["c_lease"] = lease.total_seconds()
