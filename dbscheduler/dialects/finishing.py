@@ -139,10 +139,13 @@ class Finishing:
     joins_run_rows = False
     """A batch's run rows go in as one ``INSERT … SELECT`` joining the batch's rows."""
 
-    def __init__(self, deletes_most: int = 256) -> None:
+    def __init__(self, deletes_most: int = 256, rows: JoinedRows | None = None) -> None:
         self.deletes_most = deletes_most
         """Rows per fenced multi-row ``DELETE`` of finished one-off jobs (the same text on
         every database)."""
+        self.rows: JoinedRows = rows or UnionRows()
+        """How a statement joining a batch's rows receives them (the run rows of a joined
+        finish or delete)."""
 
     def write(self, target: FinishTarget, conn: Connection, node_id: str,
               writes: Sequence[R], notify: bool,
@@ -161,7 +164,7 @@ class Finishing:
         for start in range(0, len(writes), most):
             chunk = writes[start : start + most]
             deleted = delete_joined(target, conn, node_id, chunk, most,
-                                    None if self.joins_run_rows else run_first)
+                                    None if self.joins_run_rows else run_first, self.rows)
             if deleted is None:
                 alone += chunk
             else:
@@ -187,9 +190,8 @@ class JoinedChunks(Finishing):
     joins_run_rows = True
 
     def __init__(self, most: int, rows: JoinedRows | None = None) -> None:
-        super().__init__(most)
+        super().__init__(most, rows)
         self.most = most
-        self.rows: JoinedRows = rows or UnionRows()
 
     def write(self, target: FinishTarget, conn: Connection, node_id: str,
               writes: Sequence[R], notify: bool,
@@ -459,7 +461,7 @@ def _union_rows(
 # -- finished one-off jobs: their rows deleted, a batch per statement -----------------------
 def delete_joined(
     target: FinishTarget, conn: Connection, node_id: str, writes: Sequence[R],
-    most: int, run_first: RunFirst[R] | None,
+    most: int, run_first: RunFirst[R] | None, rows: JoinedRows | None = None,
 ) -> set[int] | None:
     """Delete the rows of the finished one-off jobs ``writes`` (at most ``most``) with one
     fenced multi-row ``DELETE``, after their run rows: one ``INSERT … SELECT`` of the batch's
@@ -485,19 +487,15 @@ def delete_joined(
         # Padding that matches no row: ids are never NULL.
         params[f"j{n}_w_id"] = params[f"j{n}_w_token"] = None
     if history and run_first is None:
-        insert, _ = joined_statements(target, True, size)
+        # The run rows as a joined finish writes them (with the rows' own padding).
+        rows = rows or UnionRows()
+        run_size = rows.size(len(writes))
+        insert, _ = joined_statements(target, True, run_size, rows)
         assert insert is not None
-        padded = dict(params)
-        for n, w in enumerate(writes):
-            for name, value in zip(_NAMES_HISTORY, _row_values(w, True), strict=True):
-                if name in _INSERT_NAMES:
-                    padded[f"j{n}_{name}"] = value
-        for n in range(len(writes), size):
-            for name in _INSERT_NAMES:
-                padded[f"j{n}_{name}"] = 0 if name in _FLAGS else padded.get(f"j{n}_{name}")
+        values = rows.params(_NAMES_HISTORY, [_row_values(w, True) for w in writes], run_size)
         try:
             # One autocommit statement: it inserts all its rows or none.
-            conn.execute(insert, padded)
+            conn.execute(insert, {**values, "j_node": node_id})
         except sa.exc.IntegrityError:
             return None
         _faultpoints.reached("finish_history")
