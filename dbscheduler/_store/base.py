@@ -96,8 +96,9 @@ class StoreBase:
         """The batch finish by (with run rows, with NOTIFY), built once where the dialect's
         batch text does not depend on the rows (:mod:`.finish`)."""
         self.joined_statements: dict[tuple[Any, ...], Any] = {}
-        """MySQL's batch finish by (with run rows, batch size), and the batch delete of
-        finished one-off jobs by ("delete", batch size), built once."""
+        """The joined batch finish (MySQL/MariaDB, SQLite) by (with run rows, batch size, how
+        the rows are passed), and the batch delete of finished one-off jobs by ("delete",
+        batch size), built once."""
         self.row_statements: dict[tuple[str, bool], sa.Executable] = {}
         """The one-execution finish statements (run row first, fenced update) of the other
         databases, by (which, variant), built once and run with each execution's values."""

@@ -408,7 +408,7 @@ def joined_statements(
     update = (
         sa.update(t)
         .where(fence(v))
-        # The flag arrives as 0/1 from a UNION of parameters, not as a boolean column.
+        # The flag arrives as 0/1 from the batch's rows, not as a boolean column.
         .values(claim=sa.bindparam("j_marker", type_=t.c.claim.type),
                 **finished_values(t, v, v.c.w_set_payload == 1))
     )
