@@ -35,8 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-WINDOW = 2.0
-"""Seconds a user's first notification waits for more to join its digest."""
+WINDOW = 5.0
+"""Seconds a user's first notification waits for more to join its digest: long enough for
+the other pushes to join it on a busy machine, where each takes a request to the queue service."""
 
 
 class MailService(BaseHTTPRequestHandler):

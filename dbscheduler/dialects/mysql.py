@@ -640,7 +640,10 @@ class JsonRows:
 
     def params(self, names: Sequence[str], rows: Sequence[tuple[Any, ...]],
                size: int) -> dict[str, Any]:
-        return {"j_rows": json.dumps(rows, default=_json_default)}
+        # Not escaped to ASCII: a text the database cannot hold (a lone surrogate) then fails
+        # to encode in the driver, a refused value, instead of reaching the server as an
+        # escape its JSON parser rejects as a syntax error.
+        return {"j_rows": json.dumps(rows, default=_json_default, ensure_ascii=False)}
 
 
 def _utc_text(value: datetime) -> str:

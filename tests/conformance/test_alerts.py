@@ -71,7 +71,7 @@ def test_a_task_that_keeps_failing_alerts_once_then_recovers_once(
     failing = tmp_path / "failing"
     failing.touch()
     with cluster(url, table, tmp_path) as c:
-        start_three(c, "--alert-after", "1.5", "--fail-while", str(failing),
+        start_three(c, "--alert-after", "3", "--fail-while", str(failing),
                     "--fail-only", "healthy-1", "--group", "steady:1:0.02")
         c.wait_for(lambda ev: alerts(ev, "overdue")["healthy-1"] >= 1, 20,
                    "the failing task's alert")
