@@ -133,8 +133,10 @@ class Watch:
         page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
         def failed(request: Request) -> None:
             # A live refresh still in flight when the test navigates away is aborted by the
-            # browser: that is the navigation, not a failure of the page.
-            if request.failure == "net::ERR_ABORTED" and "/partials/" in request.url:
+            # browser: that is the navigation, not a failure of the page. (A refresh reads, a
+            # partial or the API; an aborted write would still count.)
+            if request.failure == "net::ERR_ABORTED" and request.method == "GET" and (
+                    "/partials/" in request.url or "/api/" in request.url):
                 return
             self.problems.append(f"failed: {request.url} {request.failure}")
 
