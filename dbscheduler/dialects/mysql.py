@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,7 +61,7 @@ from .common import (
 )
 from .finishing import Finishing, FinishTarget, JoinedChunks, written_type
 from .sessions import idle_transaction_timeout
-from .types import Flag, UTCDateTime
+from .types import Flag, UTCDateTime, as_utc
 
 TRANSIENT_ERRNOS = frozenset({1213, 1205})
 """ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT."""
@@ -648,12 +648,8 @@ class JsonRows:
 
 def _utc_text(value: datetime) -> str:
     """An aware time as the text of a ``DATETIME(6)`` in UTC."""
-    if value.tzinfo is not timezone.utc:
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
-        value = value.astimezone(timezone.utc)
     # "2026-11-29 21:00:00.123456+00:00" without its offset; twice as fast as strftime.
-    return value.isoformat(" ", "microseconds")[:26]
+    return as_utc(value).isoformat(" ", "microseconds")[:26]
 
 
 def _json_default(value: Any) -> Any:

@@ -16,13 +16,13 @@ server as before, failing the statement (and the finish falls back to one row at
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.types import TypeEngine
 
-from .types import UTCDateTime
+from .types import UTCDateTime, as_utc
 
 __all__ = ["array_literal"]
 
@@ -57,11 +57,7 @@ def _integer(value: Any) -> str:
 
 
 def _timestamp(value: datetime) -> str:
-    if value.tzinfo is not timezone.utc:  # the engine's own times already are
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
-        value = value.astimezone(timezone.utc)
-    return '"' + value.isoformat() + '"'
+    return '"' + as_utc(value).isoformat() + '"'
 
 
 def _quoted(value: Any) -> str:

@@ -16,7 +16,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -31,6 +31,7 @@ from sqlalchemy.types import TypeEngine
 from ..logfields import engine_log
 from .base import ConnectProblem, Dialect, db_now, db_now_plus, driver_error, fence_conditions
 from .finishing import Finishing, JoinedChunks
+from .types import as_utc
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -203,9 +204,7 @@ class SQLiteDialect(Dialect):
 
     def _json_value(self, value: Any) -> Any:
         if isinstance(value, datetime):
-            if value.tzinfo is None or value.utcoffset() is None:
-                raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
-            return self.bind_timestamp(value.astimezone(timezone.utc))
+            return self.bind_timestamp(as_utc(value))
         if isinstance(value, bool):
             return int(value)
         return value

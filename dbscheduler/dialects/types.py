@@ -25,6 +25,7 @@ __all__ = [
     "FalseDefault",
     "Flag",
     "UTCDateTime",
+    "as_utc",
     "id_type",
     "name_type",
     "state_type",
@@ -96,14 +97,25 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: SADialect) -> Any:
         if value is None:
             return None
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
-        utc = value.astimezone(timezone.utc)
+        utc = as_utc(value)
         backend = _backend(dialect)
         return utc if backend is None else backend.bind_timestamp(utc)
 
     def process_result_value(self, value: Any, dialect: SADialect) -> datetime | None:
         return to_utc(value)
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware ``value`` in UTC; a naive one raises ``ValueError`` (never a guessed zone).
+
+    >>> as_utc(datetime.fromisoformat("2026-01-01T12:00+02:00")).hour
+    10
+    """
+    if value.tzinfo is timezone.utc:  # the engine's own times already are
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r}: pass an aware datetime")
+    return value.astimezone(timezone.utc)
 
 
 def to_utc(value: Any) -> datetime | None:
