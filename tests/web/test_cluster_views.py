@@ -28,7 +28,7 @@ def cluster(migrated: tuple[str, str]) -> Iterator[tuple[Scheduler, TestClient]]
                      poll_interval=0.2)
 
     def hold(ctx: TaskContext) -> None:
-        release.wait(20)
+        release.wait(300)  # until the test ends (it sets the event): a slow machine takes long
 
     node.add("hold", hold, schedule=FixedRate(3600), group="reports")
     node.add("queued", lambda ctx: None, schedule=FixedRate(3600), group="reports")
