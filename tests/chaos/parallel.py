@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +112,12 @@ class Runner:
                 if key not in self._futures and (other == backend or sibling in selected):
                     self._futures[key] = self._pool.submit(self._job, scenario, other)
             future = self._futures[(scenario.__name__, backend)]
+            siblings = [f for (name, _), f in self._futures.items() if name == scenario.__name__]
+        if request.node.get_closest_marker("restarts_servers") is not None:
+            # This test holds the servers' lock exclusive; a sibling restarting the other
+            # server must be over before it lets go, or the other workers' tests would meet
+            # that server down (their connections refused).
+            wait(siblings)
         try:
             return future.result()
         except Unavailable as exc:

@@ -39,7 +39,7 @@ def _register(store: Store, **due_in: float) -> None:
 
 
 def test_a_pick_takes_the_rows_due_within_its_time_ahead(store: Store) -> None:
-    _register(store, due=-1.0, soon=3.0, later=60.0)
+    _register(store, due=-1.0, soon=5.0, later=60.0)
     names = {"due", "soon", "later"}
     assert [r["queue_name"] for r in store.pick("n1", 5, LEASE, names).rows] == ["due"]
     _register(store, due2=-1.0)
@@ -50,7 +50,9 @@ def test_a_pick_takes_the_rows_due_within_its_time_ahead(store: Store) -> None:
     # heartbeat_at: the database's time of the pick; last_started_at: when the execution
     # starts, the row's due time for a row picked ahead, the pick's time for one already due.
     assert soon["last_started_at"] == soon["prev_next_process_at"]
-    assert soon["last_started_at"] - soon["heartbeat_at"] > timedelta(seconds=2)
+    # Still ahead of the pick however long the machine took to get there (a loaded CI run
+    # took two seconds from the registration to the pick).
+    assert soon["last_started_at"] > soon["heartbeat_at"]
     assert due["last_started_at"] == due["heartbeat_at"] > due["prev_next_process_at"]
 
 
