@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
     # its workers inherit where they live, and it removes them once every worker is done.
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         begin_run()
+        if sys.flags.dont_write_bytecode:
+            _compile_bytecode()
+
+
+def _compile_bytecode() -> None:
+    """Write the bytecode of the project's own modules once, when the environment forbids
+    Python to (``PYTHONDONTWRITEBYTECODE``): the suite starts some 850 node processes, and
+    each would otherwise compile the same ninety modules from source again (0.2 s of CPU
+    apiece, a tenth of the suite's). Only where Python would write it itself: the
+    ``__pycache__`` directories beside the sources, which git ignores."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("dbscheduler", "tests"):
+        compileall.compile_dir(root / package, quiet=2, workers=0)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

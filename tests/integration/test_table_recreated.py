@@ -74,7 +74,7 @@ def test_a_finish_refused_because_the_row_is_gone_says_so(
         started.set()
         deleted.wait(30)  # finishes only once its row is gone
 
-    scheduler = Scheduler(url, table=table, lease=3, poll_interval=0.2)
+    scheduler = Scheduler(url, table=table, lease=10, poll_interval=0.2)
     scheduler.add("slow", slow, schedule=FixedDelay(3600))
     scheduler.add("other", lambda: None, schedule=FixedDelay(3600))
 
