@@ -7,6 +7,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 from types import ModuleType
 
@@ -61,9 +62,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first, the unit tests last (each file keeps its order): the workers
-    take files one by one in this order, so a scenario of half a minute never starts when the
-    other worker has nothing left to do."""
+    """Files in the order the workers should take them (each file keeps its own order): the
+    fault and topology scenarios (the longest, each busy with several processes) alternating
+    with the other multi-process files, then the rest, the unit tests last. The long ones
+    start early, so none is left running alone at the end, but not all at once: together they
+    starved each other's nodes of CPU on a machine of two cores."""
     rank: dict[str, int] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
@@ -74,7 +77,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             mine = 3 if path.startswith("tests/unit/") else 2
         rank[path] = min(rank.get(path, mine), mine)
-    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
+    files = list(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))
+    heavy = [f for f in files if rank[f] == 0]
+    slow = [f for f in files if rank[f] == 1]
+    alternating = [f for pair in zip_longest(heavy, slow) for f in pair if f is not None]
+    order = {f: i for i, f in enumerate(
+        alternating + [f for f in files if rank[f] == 2] + [f for f in files if rank[f] == 3])}
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ Every process it started is killed on the way out, whatever happened.
 from __future__ import annotations
 
 import random
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +26,7 @@ from tests.chaos.checks import (
     stuck_rows,
 )
 from tests.harness import Cluster, Run, runs_from
+from tests.harness.cluster import NodeProcess
 
 
 class ChaosRun:
@@ -54,7 +54,7 @@ class ChaosRun:
         self.stuck_samples = 0
 
     # -- nodes ---------------------------------------------------------------------------------
-    def start(self, node: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, node: str, *args: str) -> NodeProcess:
         self.specs[node] = tuple(args)
         return self.cluster.start(node, *args)
 

@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.node import read_events
+from tests.harness.zygote import ForkedNode, zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+NodeProcess = subprocess.Popen[bytes] | ForkedNode
+"""A node: forked by the zygote, or started as its own program."""
 
 MIN_WAIT = 60.0
 """The shortest bound :meth:`Cluster.wait_for` waits for an event, in seconds."""
@@ -48,21 +52,26 @@ class Cluster:
     table: str
     workdir: Path
     watchdog: float = 900.0
-    nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    nodes: dict[str, NodeProcess] = field(default_factory=dict)
 
     # -- processes -----------------------------------------------------------------------------
     def start(self, node: str, *args: str,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+              env: dict[str, str] | None = None) -> NodeProcess:
         """Start ``node`` (a restart reuses the name and appends to its log); ``env``: extra
-        environment variables (``DBSCHEDULER_FREEZE_AT``)."""
+        environment variables (``DBSCHEDULER_FREEZE_AT``). Forked from this process's zygote
+        (:mod:`tests.harness.zygote`) unless ``env`` is given."""
         log = self.workdir / f"{node}.jsonl"
-        err = open(self.workdir / f"{node}.stderr", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.node", "--url", self.url, "--table", self.table,
-             "--node", node, "--log", str(log), *args, "--watchdog", str(self.watchdog)],
-            cwd=ROOT, stdout=err, stderr=err,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        )
+        output = self.workdir / f"{node}.stderr"
+        argv = ["--url", self.url, "--table", self.table, "--node", node, "--log", str(log),
+                *args, "--watchdog", str(self.watchdog)]
+        environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        proc: NodeProcess
+        if env is None:
+            proc = zygote().spawn(argv, environment, output)
+        else:  # read when the node imports: a fork of the zygote would not see it
+            with output.open("ab") as err:
+                proc = subprocess.Popen([sys.executable, "-m", "tests.harness.node", *argv],
+                                        cwd=ROOT, stdout=err, stderr=err, env=environment)
         self.nodes[node] = proc
         return proc
 
