@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.node import read_events
-from tests.harness.zygote import ForkedNode, zygote
+from tests.harness.zygote import READ_AT_IMPORT, ForkedNode, zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,14 +59,14 @@ class Cluster:
               env: dict[str, str] | None = None) -> NodeProcess:
         """Start ``node`` (a restart reuses the name and appends to its log); ``env``: extra
         environment variables (``DBSCHEDULER_FREEZE_AT``). Forked from this process's zygote
-        (:mod:`tests.harness.zygote`) unless ``env`` is given."""
+        (:mod:`tests.harness.zygote`) unless the environment arms a fault point."""
         log = self.workdir / f"{node}.jsonl"
         output = self.workdir / f"{node}.stderr"
         argv = ["--url", self.url, "--table", self.table, "--node", node, "--log", str(log),
                 *args, "--watchdog", str(self.watchdog)]
         environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         proc: NodeProcess
-        if env is None:
+        if not any(name in environment for name in READ_AT_IMPORT):
             proc = zygote().spawn(argv, environment, output)
         else:  # read when the node imports: a fork of the zygote would not see it
             with output.open("ab") as err:

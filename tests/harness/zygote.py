@@ -8,9 +8,9 @@ suite starts some 850 nodes. Each test process (each xdist worker) therefore kee
 A forked node is a process of its own like any other: its own pid, memory and connections
 (the zygote opens none), killed, frozen and reaped as before, its exit code or signal reported
 like :class:`subprocess.Popen`'s. What it shares is only the work of starting. A node whose
-environment matters at import time (``DBSCHEDULER_FREEZE_AT`` is read when the engine's fault
-points are imported) is started with ``python -m tests.harness.node`` as before
-(:meth:`tests.harness.cluster.Cluster.start`).
+environment matters at import time (:data:`READ_AT_IMPORT`: ``DBSCHEDULER_FREEZE_AT`` is read
+when the engine's fault points are imported) is started with ``python -m tests.harness.node``
+as before (:meth:`tests.harness.cluster.Cluster.start`).
 
 ``python -m tests.harness.zygote`` is the zygote: it reads one JSON request per line on its
 standard input and answers on its standard output with ``{"pid": …}`` for each fork and
@@ -34,6 +34,10 @@ from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
+
+READ_AT_IMPORT = ("DBSCHEDULER_FREEZE_AT",)
+"""Environment variables a node reads when it imports dbscheduler: a node whose environment
+has one is started as its own program, and the zygote never has them."""
 
 
 class ForkedNode:
@@ -79,7 +83,8 @@ class Zygote:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.harness.zygote"], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**{k: v for k, v in os.environ.items() if k not in READ_AT_IMPORT},
+                 "PYTHONPATH": str(ROOT)},
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._requests: IO[bytes] = self._proc.stdin
