@@ -45,20 +45,21 @@ class ForkedNode:
     the tests use (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``,
     ``terminate``)."""
 
-    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
+    def __init__(self, zygote: Zygote, pid: int, fork: int, args: list[str]) -> None:
         self._zygote = zygote
         self.pid = pid
+        self._fork = fork
         self.args = args
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._zygote.exit_code(self.pid, 0.0)
+            self.returncode = self._zygote.exit_code(self._fork, 0.0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = self._zygote.exit_code(self.pid, timeout)
+            self.returncode = self._zygote.exit_code(self._fork, timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return self.returncode
@@ -88,7 +89,12 @@ class Zygote:
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._requests: IO[bytes] = self._proc.stdin
-        self._forked: queue.Queue[int] = queue.Queue()
+        # Exit codes by fork, not by pid: a pid is used again once its process is reaped
+        # (a run of the suite goes round the pids), and a node must not take an earlier
+        # one's exit for its own (it would then never be signalled).
+        self._forked: queue.Queue[tuple[int, int]] = queue.Queue()
+        self._forks = 0
+        self._live: dict[int, int] = {}
         self._exits: dict[int, int] = {}
         self._ended = threading.Condition()
         self._request_lock = threading.Lock()
@@ -99,10 +105,12 @@ class Zygote:
         for line in answers:
             message = json.loads(line)
             if "pid" in message:
-                self._forked.put(message["pid"])
+                self._forks += 1
+                self._live[message["pid"]] = self._forks
+                self._forked.put((message["pid"], self._forks))
             else:
                 with self._ended:
-                    self._exits[message["exit"]] = message["code"]
+                    self._exits[self._live.pop(message["exit"])] = message["code"]
                     self._ended.notify_all()
 
     def alive(self) -> bool:
@@ -115,13 +123,15 @@ class Zygote:
         with self._request_lock:  # one fork at a time: the next pid answered is this one's
             self._requests.write(json.dumps(request).encode() + b"\n")
             self._requests.flush()
-            pid = self._forked.get(timeout=60)
-        return ForkedNode(self, pid, ["tests.harness.node", *argv])
+            pid, fork = self._forked.get(timeout=60)
+        return ForkedNode(self, pid, fork, ["tests.harness.node", *argv])
 
-    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+    def exit_code(self, fork: int, timeout: float | None) -> int | None:
+        """The exit code of the ``fork``-th node (negative: the signal that ended it), or
+        None if it has not ended within ``timeout`` seconds."""
         with self._ended:
-            self._ended.wait_for(lambda: pid in self._exits, timeout)
-            return self._exits.get(pid)
+            self._ended.wait_for(lambda: fork in self._exits, timeout)
+            return self._exits.get(fork)
 
     def close(self) -> None:
         self._requests.close()
