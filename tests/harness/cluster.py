@@ -1,4 +1,5 @@
-"""Real node processes (``python -m tests.harness.node``) sharing one table.
+"""Real node processes (:mod:`tests.harness.node`, forked by :mod:`tests.harness.zygote`)
+sharing one table.
 
 :class:`Cluster` is the only place that starts, signals and reaps them; the conformance tests
 use it directly, the chaos suite through :class:`tests.chaos.cluster.ChaosRun`, which adds

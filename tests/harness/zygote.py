@@ -12,7 +12,7 @@ environment matters at import time (:data:`READ_AT_IMPORT`: ``DBSCHEDULER_FREEZE
 when the engine's fault points are imported) is started with ``python -m tests.harness.node``
 as before (:meth:`tests.harness.cluster.Cluster.start`).
 
-``python -m tests.harness.zygote`` is the zygote: it reads one JSON request per line on its
+:func:`main` is the zygote: it reads one JSON request per line on its
 standard input and answers on its standard output with ``{"pid": …}`` for each fork and
 ``{"exit": pid, "code": …}`` for each node that ended; it ends when its input closes (its
 nodes then see their parent gone, and their ``--watchdog`` shuts them down).
@@ -82,7 +82,8 @@ class Zygote:
 
     def __init__(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.zygote"], cwd=ROOT,
+            # Not -m: the package imports this module first, and runpy would warn of it.
+            [sys.executable, "-c", "from tests.harness.zygote import main; main()"], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env={**{k: v for k, v in os.environ.items() if k not in READ_AT_IMPORT},
                  "PYTHONPATH": str(ROOT)},
@@ -97,6 +98,7 @@ class Zygote:
         self._live: dict[int, int] = {}
         self._exits: dict[int, int] = {}
         self._ended = threading.Condition()
+        self._closed = False
         self._request_lock = threading.Lock()
         threading.Thread(target=self._read, args=(self._proc.stdout,), name="zygote-reader",
                          daemon=True).start()
@@ -112,6 +114,9 @@ class Zygote:
                 with self._ended:
                     self._exits[self._live.pop(message["exit"])] = message["code"]
                     self._ended.notify_all()
+        with self._ended:  # the zygote is gone: no exit will be reported any more
+            self._closed = True
+            self._ended.notify_all()
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -128,9 +133,12 @@ class Zygote:
 
     def exit_code(self, fork: int, timeout: float | None) -> int | None:
         """The exit code of the ``fork``-th node (negative: the signal that ended it), or
-        None if it has not ended within ``timeout`` seconds."""
+        None if it has not ended within ``timeout`` seconds. RuntimeError if the zygote has
+        gone without reporting it (a wait would never end)."""
         with self._ended:
-            self._ended.wait_for(lambda: fork in self._exits, timeout)
+            self._ended.wait_for(lambda: fork in self._exits or self._closed, timeout)
+            if fork not in self._exits and self._closed:
+                raise RuntimeError(f"the zygote ended before node fork #{fork} did")
             return self._exits.get(fork)
 
     def close(self) -> None:
@@ -218,10 +226,12 @@ def _serve() -> dict[str, Any] | None:
             answers.write(json.dumps({"pid": pid}) + "\n")
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Be the zygote; in each forked child, run its node and return (the interpreter then
+    exits as ``python -m tests.harness.node`` would)."""
     forked = _serve()
     if forked is not None:
-        from tests.harness.node import main
+        from tests.harness import node
 
         sys.argv = ["tests.harness.node", *forked["argv"]]
-        main(forked["argv"])
+        node.main(forked["argv"])
