@@ -159,13 +159,14 @@ def slow_and_hung(env: Env) -> Report:
     with chaos_run(scenario="6 slow / never returns", backend=env.backend, url=env.url,
                    admin_url=env.url, table=env.table, workdir=env.workdir, tasks=tasks,
                    seed=6) as run:
-        # The hanger registers hang-0 first (due 0.4 s later), before its peers are up: it is
-        # the one that takes hang-0, and never returns.
+        # The hanger registers hang-0 and runs it before its peers are up: it is the one
+        # that takes hang-0, and never returns. (Its peers start in a fraction of a second:
+        # waiting only for the hanger's start, one of them once took hang-0 first.)
         run.start("hanger", "--tasks", "0", "--rate", str(rate), "--lease", str(hang_lease),
                   "--poll", str(poll), "--state", "--group", "hang:1:1e9:ignore",
                   "--shutdown-timeout", str(shutdown_timeout))
-        run.wait_for(lambda ev: any(e["event"] == "node_start" for e in ev), 30,
-                     "the hanger starts")
+        run.wait_for(lambda ev: any(e["event"] == "start" and e["task"] == "hang-0"
+                                    for e in ev), 30, "the hanger starts hang-0")
         for n in range(2):
             run.start(f"n{n}", *args)
         run.warm_up()

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.databases import servers_base
-from tests.servers import PrivateMariaDB, Unavailable, free_port, start_watchdog
+from tests.servers import PrivateMariaDB, Unavailable, alive, free_port, start_watchdog
 
 PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
 INSTALL = "apt-get install -y galera-4 rsync"
@@ -113,6 +113,7 @@ def galera_cluster(size: int = 3, clock_offsets: Mapping[int, float] | None = No
     gcomm = [free_port() for _ in range(size)]
     nodes = [GaleraNode(root / f"g{i}", f"g{i}", gcomm, i, offsets.get(i, 0.0))
              for i in range(size)]
+    shared_before = set(FAKETIME_SHARED.glob("faketime_shm_*"))
     try:
         for node in nodes:
             # One more try from a new data directory: under load a joiner's first start was
@@ -138,3 +139,20 @@ def galera_cluster(size: int = 3, clock_offsets: Mapping[int, float] | None = No
         for node in nodes:
             node.kill()
         shutil.rmtree(root, ignore_errors=True)
+        if offsets:
+            _remove_faketime_leftovers(set(FAKETIME_SHARED.glob("faketime_shm_*")) - shared_before)
+
+
+FAKETIME_SHARED = Path("/dev/shm")
+"""Where libfaketime keeps a shared memory segment and a semaphore for each process it runs in,
+removed only when that process exits normally (a killed server leaves both)."""
+
+
+def _remove_faketime_leftovers(segments: set[Path]) -> None:
+    """Remove the segments (and their semaphores) that appeared during a cluster's life and
+    whose process is gone: the servers this module shifted, killed at its end."""
+    for segment in segments:
+        pid = segment.name.rsplit("_", 1)[-1]
+        if pid.isdigit() and not alive(int(pid)):
+            segment.unlink(missing_ok=True)
+            (FAKETIME_SHARED / f"sem.faketime_sem_{pid}").unlink(missing_ok=True)
